@@ -1,0 +1,3 @@
+from bulkfetch.cli import main
+
+main()

@@ -1,0 +1,140 @@
+"""The command line: flags -> frozen options -> run. No logic of its own."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from bulkfetch import __version__
+from bulkfetch.errors import UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _usage(exc: UsageError) -> click.UsageError:
+    return click.UsageError(str(exc))
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "-V", "--version", prog_name="bulkfetch")
+def cli() -> None:
+    """Download millions to billions of files as fast as the hardware and the server allow."""
+
+
+def main() -> None:
+    cli(prog_name="bulkfetch")
+
+
+def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
+    return click.option(name, type=click.FloatRange(0, 1), default=0.0, show_default=True,
+                        metavar="P", help=help_text)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--files", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Number of synthetic files (any size: nothing is stored, so 10^10 is fine).")
+@click.option("--page-size", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Names per list page.")
+@click.option("--file-size", default="100", show_default=True, metavar="SPEC",
+              help="Bytes per file: N, 'uniform:MIN:MAX' or 'lognormal:MEDIAN:SIGMA:MAX' "
+                   "(k/m/g suffixes allowed).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of names, bodies and faults: same seed, same data, same faults.")
+@click.option("--nested", is_flag=True, help="Names with subdirectories, e.g. 07/42/f0000074213.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Serve the real files under this directory instead of synthetic ones.")
+@click.option("--no-total", is_flag=True, help="Leave out the X-Total-Files header on list pages.")
+@_rate("--fail-rate", "Answer this share of requests with 500 or 503.")
+@_rate("--throttle-rate", "Answer this share with 429 and Retry-After (seconds or HTTP-date).")
+@click.option("--retry-after", type=click.IntRange(min=0), default=1, show_default=True,
+              metavar="SECONDS", help="Retry-After sent with throttled answers.")
+@click.option("--latency", default=None, metavar="MS|MIN-MAX",
+              help="Delay every answer by MS milliseconds, or uniformly MIN-MAX.")
+@_rate("--truncate-rate", "Announce the full length but close the connection mid-body.")
+@_rate("--corrupt-rate", "Send the right length with wrong bytes (the ETag no longer matches).")
+@_rate("--reset-rate", "Reset the connection (TCP RST) instead of answering.")
+@_rate("--stall-rate", "Read the request and never answer.")
+@click.option("--hostile-names", is_flag=True,
+              help="Mix path-traversal, malformed and colliding names into the first page.")
+@click.option("--bad-pages", "bad_pages", is_flag=False, flag_value="all", default=None,
+              metavar="[KINDS]",
+              help="Break pagination: comma list of empty, repeat, content-type, malformed, "
+                   "loop (default with no value: all; pages 1, 1, 2, 3 and the last).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to listen on; 0 picks a free one.")
+@click.option("--processes", type=click.IntRange(min=1), default=None,
+              help="Server processes sharing the port (SO_REUSEPORT). [default: cores]")
+@click.option("--access-log", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="Log every request to FILE (no value: stderr). Off by default.")
+@click.option("--export-static", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Instead of serving, write the data set as files, pre-rendered list pages "
+                   "and an nginx config serving the identical API, then exit.")
+def serve(**flags: object) -> None:
+    """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME.
+
+    The first line on stdout is 'serving http://HOST:PORT ...'. Stop it with Ctrl-C.
+    """
+    from bulkfetch.server.faults import FaultConfig, parse_latency
+    from bulkfetch.server.hostile import BAD_PAGE_KINDS
+    from bulkfetch.server.options import ServeOptions
+    from bulkfetch.server.runner import is_loopback
+    from bulkfetch.server.runner import serve as run_server
+    from bulkfetch.server.sizes import parse_size_spec
+
+    try:
+        bad = flags["bad_pages"]
+        kinds = frozenset()
+        if bad is not None:
+            kinds = frozenset(BAD_PAGE_KINDS) if bad == "all" else frozenset(
+                k.strip() for k in str(bad).split(",") if k.strip())
+        latency = parse_latency(str(flags["latency"])) if flags["latency"] else (0.0, 0.0)
+        options = ServeOptions(
+            files=int(flags["files"]),  # type: ignore[arg-type]
+            page_size=int(flags["page_size"]),  # type: ignore[arg-type]
+            file_size=parse_size_spec(str(flags["file_size"])),
+            seed=int(flags["seed"]),  # type: ignore[arg-type]
+            nested=bool(flags["nested"]),
+            root=flags["root"],  # type: ignore[arg-type]
+            show_total=not flags["no_total"],
+            faults=FaultConfig(
+                stall_rate=float(flags["stall_rate"]),  # type: ignore[arg-type]
+                reset_rate=float(flags["reset_rate"]),  # type: ignore[arg-type]
+                fail_rate=float(flags["fail_rate"]),  # type: ignore[arg-type]
+                throttle_rate=float(flags["throttle_rate"]),  # type: ignore[arg-type]
+                truncate_rate=float(flags["truncate_rate"]),  # type: ignore[arg-type]
+                corrupt_rate=float(flags["corrupt_rate"]),  # type: ignore[arg-type]
+                latency_ms=latency,
+                retry_after=int(flags["retry_after"]),  # type: ignore[arg-type]
+            ),
+            hostile_names=bool(flags["hostile_names"]),
+            bad_pages=kinds,
+            host=str(flags["host"]),
+            port=int(flags["port"]),  # type: ignore[arg-type]
+            processes=int(flags["processes"] or os.cpu_count() or 1),  # type: ignore[arg-type]
+            access_log=flags["access_log"],  # type: ignore[arg-type]
+        )
+    except UsageError as exc:
+        raise _usage(exc) from None
+
+    if flags["export_static"]:
+        from bulkfetch.server.export import export_static
+
+        export_static(options, str(flags["export_static"]), progress=True)
+        return
+    if not is_loopback(options.host):
+        click.echo(f"warning: listening on {options.host}, which is not a loopback address; "
+                   "anyone who can reach it can read the data set", err=True)
+
+    def announce(line: str) -> None:
+        click.echo(line)
+        sys.stdout.flush()
+
+    try:
+        code = run_server(options, announce)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {options.host}:{options.port}: "
+                                   f"{exc.strerror or exc}") from None
+    sys.exit(code)

@@ -1,0 +1,2 @@
+"""The reference file server behind `bulkfetch serve`: the seed API, synthetic or real data,
+and deterministic fault switches."""

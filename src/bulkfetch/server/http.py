@@ -1,0 +1,194 @@
+"""A small, fast HTTP/1.1 connection handler (asyncio Protocol) for the reference server.
+
+It speaks just what the seed API needs: GET and HEAD, keep-alive, pipelining, streamed large
+bodies under flow control, and the faults that must happen on the wire (stall, reset,
+truncate)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+from http import HTTPStatus
+
+from bulkfetch.server.app import App, Response, http_date
+from bulkfetch.server.faults import Fault
+
+MAX_HEAD = 64 * 1024
+AccessLog = Callable[[str, str, int, int, Fault], None]
+
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
+
+
+class _Clock:
+    """The Date header, formatted once a second rather than once a response."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = ""
+
+    def date(self) -> str:
+        now = int(time.time())
+        if now != self._second:
+            self._second, self._value = now, http_date(now)
+        return self._value
+
+
+_clock = _Clock()
+
+
+class HttpConnection(asyncio.Protocol):
+    def __init__(self, app: App, access_log: AccessLog | None = None) -> None:
+        self.app = app
+        self.access_log = access_log
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.busy = False  # a response is being delayed, streamed or withheld
+        self.closing = False
+        self.write_paused = False
+        self.streaming: Iterator[bytes] | None = None
+        self.stream_keep_alive = True
+
+    # -- asyncio callbacks ----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.streaming = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if not self.busy:
+            self._process()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.streaming is not None:
+            self._pump()
+
+    # -- requests -------------------------------------------------------------------------
+    def _process(self) -> None:
+        while not self.busy and not self.closing:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buffer) > MAX_HEAD:
+                    self._plain_error(431, "request head too large")
+                return
+            head = bytes(self.buffer[:end])
+            del self.buffer[: end + 4]
+            self._one(head)
+
+    def _one(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            self._plain_error(400, "malformed request line")
+            return
+        method, target, version = parts
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
+            self._plain_error(400, "request bodies are not accepted")
+            return
+        connection = headers.get("connection", "").lower()
+        keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+        response = self.app.handle(method, target, headers)
+        if self.access_log is not None:
+            self.access_log(method, target, response.status, response.content_length,
+                            response.fault)
+        if response.delay_s > 0:
+            self.busy = True
+            asyncio.get_running_loop().call_later(
+                response.delay_s, self._send, response, keep_alive, method == "HEAD"
+            )
+        else:
+            self._send(response, keep_alive, method == "HEAD")
+
+    # -- responses ------------------------------------------------------------------------
+    def _send(self, response: Response, keep_alive: bool, head_only: bool) -> None:
+        transport = self.transport
+        if transport is None or self.closing:
+            return
+        if response.fault is Fault.STALL:
+            self.busy = True  # never answer, never read on; the client has to give up
+            return
+        if response.fault is Fault.RESET:
+            self._reset()
+            return
+        length = response.content_length
+        lines = [
+            f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Status')}",
+            f"Date: {_clock.date()}",
+            f"Content-Length: {length}",
+        ]
+        lines.extend(f"{k}: {v}" for k, v in response.headers)
+        if not keep_alive:
+            lines.append("Connection: close")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if head_only or response.status in (204, 304):
+            transport.write(head)
+        elif response.fault is Fault.TRUNCATE:
+            body = response.body if response.chunks is None else next(response.chunks, b"")
+            transport.write(head + body[: max(0, min(len(body), length) // 2)])
+            self._close()
+            return
+        elif response.chunks is not None:
+            transport.write(head)
+            self.busy = True
+            self.streaming = response.chunks
+            self.stream_keep_alive = keep_alive
+            self._pump()
+            return
+        else:
+            transport.write(head + response.body)
+        self._finish(keep_alive)
+
+    def _pump(self) -> None:
+        assert self.transport is not None
+        while self.streaming is not None and not self.write_paused:
+            chunk = next(self.streaming, None)
+            if chunk is None:
+                self.streaming = None
+                self._finish(self.stream_keep_alive)
+                return
+            self.transport.write(chunk)
+
+    def _finish(self, keep_alive: bool) -> None:
+        if not keep_alive:
+            self._close()
+            return
+        self.busy = False
+        if self.buffer:
+            self._process()
+
+    def _plain_error(self, status: int, message: str) -> None:
+        body = f'{{"error":"{message}"}}\n'.encode()
+        self._send(
+            Response(status, [("Content-Type", "application/json")], body),
+            keep_alive=False,
+            head_only=False,
+        )
+
+    def _close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _reset(self) -> None:
+        self.closing = True
+        assert self.transport is not None
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()

@@ -1,0 +1,82 @@
+"""Everything `bulkfetch serve` can be told, as one frozen value, and how to build the app."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from bulkfetch.errors import UsageError
+from bulkfetch.server.app import App
+from bulkfetch.server.dataset import DataSet, SyntheticDataSet
+from bulkfetch.server.faults import FaultConfig, FaultPlan
+from bulkfetch.server.hostile import BAD_PAGE_KINDS, BadPages, HostileNames
+from bulkfetch.server.sizes import SizeSpec, parse_size_spec
+from bulkfetch.server.tree import FileTree
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    files: int = 1000
+    page_size: int = 1000
+    file_size: SizeSpec = field(default_factory=lambda: parse_size_spec("100"))
+    seed: int = 0
+    nested: bool = False
+    root: str | None = None
+    show_total: bool = True
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    hostile_names: bool = False
+    bad_pages: frozenset[str] = frozenset()
+    host: str = "127.0.0.1"
+    port: int = 8000
+    processes: int = 1
+    access_log: str | None = None  # "-" for stderr, else a file path
+
+    def __post_init__(self) -> None:
+        if self.files < 0:
+            raise UsageError(f"--files must be >= 0, got {self.files}")
+        if self.page_size < 1:
+            raise UsageError(f"--page-size must be >= 1, got {self.page_size}")
+        if not 0 <= self.port <= 65535:
+            raise UsageError(f"--port must be 0..65535, got {self.port}")
+        if self.processes < 1:
+            raise UsageError(f"--processes must be >= 1, got {self.processes}")
+        unknown = self.bad_pages - set(BAD_PAGE_KINDS)
+        if unknown:
+            raise UsageError(
+                f"--bad-pages: unknown kind {', '.join(sorted(unknown))}; "
+                f"choose from {', '.join(BAD_PAGE_KINDS)}"
+            )
+        if self.root is not None:
+            if not os.path.isdir(self.root):
+                raise UsageError(f"--root {self.root!r} is not a directory")
+            if self.hostile_names or self.bad_pages:
+                raise UsageError("--hostile-names and --bad-pages work on the synthetic data set, "
+                                 "not with --root")
+
+    def describe(self) -> str:
+        if self.root is not None:
+            return f"files under {os.path.realpath(self.root)}, {self.page_size:,} names a page"
+        pages = max(1, -(-self.files // self.page_size))
+        return (f"{self.files:,} files, {pages:,} page{'s' if pages != 1 else ''} "
+                f"of {self.page_size:,}, "
+                f"{self.file_size.describe()}, seed {self.seed}")
+
+
+def build_dataset(options: ServeOptions) -> DataSet:
+    if options.root is not None:
+        return FileTree(options.root, options.page_size)
+    dataset: DataSet = SyntheticDataSet(
+        options.files, options.page_size, options.seed, options.file_size, options.nested
+    )
+    if options.hostile_names:
+        assert isinstance(dataset, SyntheticDataSet)
+        dataset = HostileNames(dataset)
+    if options.bad_pages:
+        assert isinstance(dataset, SyntheticDataSet | HostileNames)
+        dataset = BadPages(dataset, options.bad_pages)
+    return dataset
+
+
+def build_app(options: ServeOptions) -> App:
+    faults = FaultPlan(options.faults, options.seed) if options.faults.active else None
+    return App(build_dataset(options), faults, show_total=options.show_total)

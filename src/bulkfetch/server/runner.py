@@ -1,0 +1,133 @@
+"""Running the server: sockets, one event loop per process (SO_REUSEPORT), clean signals."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+from bulkfetch.server.faults import Fault
+from bulkfetch.server.http import AccessLog, HttpConnection
+from bulkfetch.server.options import ServeOptions, build_app
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _access_logger(target: str | None) -> AccessLog | None:
+    if target is None:
+        return None
+    stream: TextIO = sys.stderr if target == "-" else open(target, "a", buffering=1)  # noqa: SIM115
+    pid = os.getpid()
+
+    def log(method: str, path: str, status: int, length: int, fault: Fault) -> None:
+        stream.write(f"{time.time():.3f} {pid} {method} {path} {status} {length} {fault.value}\n")
+
+    return log
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def _serve_socket(options: ServeOptions, sock: socket.socket, ready: Callable[[], None]) -> None:
+    """Serve on `sock` in this process until SIGINT or SIGTERM."""
+    app = build_app(options)
+    log = _access_logger(options.access_log)
+    loop = _new_loop()
+    asyncio.set_event_loop(loop)
+    stop = loop.create_future()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, lambda: stop.done() or stop.set_result(None))
+
+    async def main() -> None:
+        server = await loop.create_server(
+            lambda: HttpConnection(app, log), sock=sock, backlog=4096
+        )
+        ready()
+        await stop
+        server.close()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def _child(options: ServeOptions, port: int, ready: multiprocessing.synchronize.Event) -> None:
+    _serve_socket(options, _bind(options.host, port), ready.set)
+
+
+def serve(options: ServeOptions, announce: Callable[[str], None]) -> int:
+    """Bind, start serving, call `announce("serving http://...")`, serve until a signal."""
+    reservation = _bind(options.host, options.port)
+    port = reservation.getsockname()[1]
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    line = f"serving http://{host}:{port} ({options.describe()}; {options.processes} process"
+    line += "es)" if options.processes > 1 else ")"
+    if options.processes == 1:
+        _serve_socket(options, reservation, lambda: announce(line))
+        return 0
+    context = multiprocessing.get_context("fork")
+    events = [context.Event() for _ in range(options.processes)]
+    children = [
+        context.Process(target=_child, args=(options, port, event), daemon=True)
+        for event in events
+    ]
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for child in children:
+            child.start()
+        deadline = time.monotonic() + 30
+        for event in events:
+            if not event.wait(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError("a server process did not start within 30 s")
+        reservation.close()
+        announce(line)
+        sentinels = [child.sentinel for child in children]
+        while not stopping:
+            if multiprocessing.connection.wait(sentinels, timeout=0.2):
+                print("bulkfetch serve: a server process died; stopping", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+        for child in children:
+            child.join(5)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
