@@ -79,7 +79,7 @@ def parse_range(value: str, size: int) -> tuple[int, int] | Literal[False] | Non
         stop = int(last) + 1 if last else size
     except ValueError:
         return None
-    if start < 0 or stop <= start:
+    if start < 0 or (last and stop <= start):
         return None
     if start >= size:
         return False
@@ -130,19 +130,20 @@ class App:
         if fault is Fault.FAIL:
             status = 503 if decision.alternate else 500
             failed = _error(status, "injected server error")
-            failed.delay_s = decision.delay_s
+            failed.delay_s, failed.fault = decision.delay_s, fault
             return failed
         if fault is Fault.THROTTLE:
             assert self.faults is not None
             wait = self.faults.config.retry_after
             value = http_date(math.ceil(time.time()) + wait) if decision.alternate else str(wait)
             throttled = _error(429, "slow down (injected)", [("Retry-After", value)])
-            throttled.delay_s = decision.delay_s
+            throttled.delay_s, throttled.fault = decision.delay_s, fault
             return throttled
         has_body = response.content_length > 0 and response.status in (200, 206)
         if fault is Fault.CORRUPT:
             if has_body:
                 _corrupt(response)
+                response.fault = fault  # for the access log; the bytes are already wrong
             return response
         if fault is Fault.TRUNCATE and not has_body:
             return response

@@ -124,7 +124,8 @@ class BadPages:
                 raise ValueError("cursor of a different data set")
             variant = cursor[0]
             number = int.from_bytes(cursor[1:], "big")
-            self.synthetic.page_number(cursor[1:])  # range check
+            if number >= self.synthetic.pages:  # page 0 is allowed: the loop may point to it
+                raise ValueError("page number out of range")
         last = self.synthetic.pages - 1
         if variant == self._EMPTY:
             return PageAnswer([], self._cursor(number, self._PLAIN))

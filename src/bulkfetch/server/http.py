@@ -46,6 +46,7 @@ class HttpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.busy = False  # a response is being delayed, streamed or withheld
+        self.processing = False  # inside _process: answers finished there must not recurse
         self.closing = False
         self.write_paused = False
         self.streaming: Iterator[bytes] | None = None
@@ -77,15 +78,21 @@ class HttpConnection(asyncio.Protocol):
 
     # -- requests -------------------------------------------------------------------------
     def _process(self) -> None:
-        while not self.busy and not self.closing:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.buffer) > MAX_HEAD:
-                    self._plain_error(431, "request head too large")
-                return
-            head = bytes(self.buffer[:end])
-            del self.buffer[: end + 4]
-            self._one(head)
+        if self.processing:  # _finish of an answer sent from this loop: the loop goes on
+            return
+        self.processing = True
+        try:
+            while not self.busy and not self.closing:
+                end = self.buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(self.buffer) > MAX_HEAD:
+                        self._plain_error(431, "request head too large")
+                    return
+                head = bytes(self.buffer[:end])
+                del self.buffer[: end + 4]
+                self._one(head)
+        finally:
+            self.processing = False
 
     def _one(self, head: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")
