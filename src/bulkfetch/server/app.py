@@ -69,8 +69,8 @@ def parse_range(value: str, size: int) -> tuple[int, int] | Literal[False] | Non
     if unit.strip().lower() != "bytes" or "," in spec:
         return None
     first, dash, last = spec.strip().partition("-")
-    if not dash:
-        return None
+    if not dash or not (first + last).isascii() or not (first + last).isdigit():
+        return None  # int() would also take '+5', '1_0', ' 5' and non-ASCII digits
     try:
         if not first:  # suffix form: the last N bytes
             count = int(last)
@@ -186,7 +186,8 @@ class App:
             return Response(304, common)
         start, stop, status = 0, entry.size, 200
         range_header = headers.get("range")
-        if range_header is not None and _etag_matches(headers.get("if-range", etag), etag):
+        # If-Range takes one validator, compared strongly (RFC 9110 13.1.5): no W/, *, lists
+        if range_header is not None and headers.get("if-range", etag).strip() == etag:
             chosen = parse_range(range_header, entry.size)
             if chosen is False:
                 return Response(

@@ -40,7 +40,7 @@ class FaultConfig:
         for fault, rate in zip(_ORDER, rates, strict=True):
             if not 0.0 <= rate <= 1.0:
                 raise UsageError(f"--{fault.value}-rate must be between 0 and 1, got {rate}")
-        if sum(rates) > 1.0:
+        if sum(rates) > 1.0 + 1e-9:  # 0.2 + 0.4 + 0.3 + 0.1 is 1.0000000000000002
             raise UsageError("the fault rates add up to more than 1")
         if self.retry_after < 0:
             raise UsageError("--retry-after must be >= 0 seconds")

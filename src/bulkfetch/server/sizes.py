@@ -49,7 +49,8 @@ class SizeSpec:
         if self.kind == "constant":
             return int(self.a)
         if self.kind == "uniform":
-            return int(self.a + unit * (self.maximum - self.a + 1))
+            # min(): a unit of 2**64 - 1 over 2**64 rounds to 1.0 as a float
+            return min(self.maximum, int(self.a + unit * (self.maximum - self.a + 1)))
         # lognormal: median * exp(sigma * z), z standard normal from the unit draw
         unit = min(max(unit, 1e-12), 1 - 1e-12)
         z = _NORMAL.inv_cdf(unit)

@@ -108,7 +108,8 @@ class FileTree:
                 yield name
 
     def page(self, cursor: bytes | None) -> tuple[list[str], bytes | None]:
-        after = cursor.decode("utf-8").split("/") if cursor else []
+        # surrogateescape: names that are not UTF-8 on disk must not break the cursor
+        after = cursor.decode("utf-8", "surrogateescape").split("/") if cursor else []
         names: list[str] = []
         walker = self._walk("", after, frozenset({self.root}))
         for name in walker:
@@ -116,7 +117,7 @@ class FileTree:
             if len(names) == self.page_size:
                 break
         more = len(names) == self.page_size and next(walker, None) is not None
-        return names, (names[-1].encode("utf-8") if more else None)
+        return names, (names[-1].encode("utf-8", "surrogateescape") if more else None)
 
     def lookup(self, name: str) -> FileEntry | None:
         parts = name.split("/")
