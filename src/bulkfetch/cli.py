@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from bulkfetch import __version__
 from bulkfetch.errors import UsageError
+
+if TYPE_CHECKING:
+    from bulkfetch.config import GetOptions
+    from bulkfetch.models import Report
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -138,3 +143,131 @@ def serve(**flags: object) -> None:
         raise click.ClickException(f"cannot listen on {options.host}:{options.port}: "
                                    f"{exc.strerror or exc}") from None
     sys.exit(code)
+
+
+def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
+                  report_path: str | None) -> Report:
+    from rich.console import Console
+
+    from bulkfetch.progress import make_display
+    from bulkfetch.report import print_summary, write_report
+    from bulkfetch.runners.local import run
+
+    display = make_display(quiet=quiet, force_plain=plain)
+    display.start()
+    try:
+        report = run(options, on_progress=display.update)
+    except UsageError as exc:
+        display.stop()
+        raise _usage(exc) from None
+    display.stop()
+    if not quiet:
+        print_summary(report, Console(stderr=True))
+    if report_path:
+        from pathlib import Path
+
+        write_report(report, Path(report_path))
+    return report
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("url_or_dest", metavar="URL")
+@click.argument("dest", required=False, metavar="DEST")
+@click.option("--from-file", "from_file", type=click.Path(dir_okay=False), default=None,
+              metavar="URLS.txt", help="Fetch the URLs listed in this file (one per line, "
+                                       "streamed); then give only DEST.")
+@click.option("-w", "--workers", type=click.IntRange(min=1), default=None,
+              help="Worker processes. [default: cores]")
+@click.option("-c", "--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Transfers in flight per worker.")
+@click.option("--per-host", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Connections per host per worker (0: only --concurrency limits).")
+@click.option("--sink", type=click.Choice(["dir", "null"]), default="dir", show_default=True,
+              help="dir: DEST/<name>; null: verify and discard (measures the transport).")
+@click.option("--fanout", type=click.IntRange(0, 4), default=0, show_default=True,
+              help="Levels of hash-prefix directories (ab/cd/<name>) for very large runs.")
+@click.option("--no-verify", is_flag=True, help="Skip the MD5 check against ETag/Content-MD5.")
+@click.option("--retries", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Retries per file (and per list page) after the first attempt.")
+@click.option("--max-retry-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              metavar="SECONDS", help="Cap on a server's Retry-After.")
+@click.option("--connect-timeout", type=click.FloatRange(min=0.001), default=10.0,
+              show_default=True, metavar="SECONDS", help="Give up connecting after this long.")
+@click.option("--idle-timeout", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              metavar="SECONDS", help="Give up on a transfer that receives no byte this long.")
+@click.option("--timeout", "total_timeout", type=click.FloatRange(min=0.001), default=None,
+              metavar="SECONDS", help="Give up on any single request after this long.")
+@click.option("--list-path", default="/list", show_default=True, help="Listing endpoint.")
+@click.option("--names-key", default="FileNames", show_default=True,
+              help="JSON key of the names on a list page.")
+@click.option("--next-key", default="NextMarker", show_default=True,
+              help="JSON key of the next page's token.")
+@click.option("--marker-param", default="next-marker", show_default=True,
+              help="Query parameter that carries the token.")
+@click.option("--get-template", default="/get/{name}", show_default=True,
+              help="Path of one file; {name} is replaced by the URL-quoted name.")
+@click.option("--restart", is_flag=True, help="Forget DEST's journal and start over.")
+@click.option("--retry-failed", is_flag=True,
+              help="Only re-attempt the files the journal lists as failed.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display and no summary.")
+@click.option("--plain", is_flag=True, help="Plain status lines even on a terminal.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE.json", help="Write counts, rates, options and failures here.")
+def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, plain: bool,
+        report_path: str | None, **flags: object) -> None:
+    """Download every file URL lists into DEST; rerun the same command to resume.
+
+    URL is a server speaking the seed API (GET /list, /list?next-marker=T, /get/NAME) or
+    any paginated JSON API of that shape (see --names-key and friends). Exit status: 0 all
+    done, 1 some files failed, 2 usage error, 130 interrupted (resumable).
+    """
+    from bulkfetch.api import build_options
+
+    if from_file is not None:
+        if dest is not None:
+            raise click.UsageError("with --from-file give only DEST, not a URL")
+        source, target = from_file, url_or_dest
+    else:
+        if dest is None:
+            raise click.UsageError("give both URL and DEST (or --from-file URLS.txt DEST)")
+        source, target = url_or_dest, dest
+    flags["verify"] = not flags.pop("no_verify")
+    try:
+        options = build_options(source, target, from_file=from_file is not None,
+                                **flags)  # type: ignore[arg-type]
+    except UsageError as exc:
+        raise _usage(exc) from None
+    report = _run_download(options, quiet=quiet, plain=plain, report_path=report_path)
+    sys.exit(report.exit_code)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("dest", type=click.Path(file_okay=False))
+def status(dest: str) -> None:
+    """Summarise the run in DEST from its journal: finished, running or interrupted."""
+    from pathlib import Path
+
+    from bulkfetch.journal import read_status, render_status
+
+    try:
+        click.echo(render_status(read_status(Path(dest))))
+    except UsageError as exc:
+        raise _usage(exc) from None
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--files", type=click.IntRange(min=1), default=200_000, show_default=True,
+              help="Files the local reference server poses as.")
+@click.option("-w", "--workers", type=click.IntRange(min=1), default=None,
+              help="Worker processes. [default: cores]")
+@click.argument("dest", required=False, default="bulkfetch-demo")
+def demo(files: int, workers: int | None, dest: str) -> None:
+    """Start a local reference server, download everything it lists into DEST with the live
+    display, verify every file, and stop the server. DEST defaults to ./bulkfetch-demo and is
+    replaced on each run."""
+    from bulkfetch.demo import run_demo
+
+    try:
+        sys.exit(run_demo(files, dest, workers))
+    except UsageError as exc:
+        raise _usage(exc) from None

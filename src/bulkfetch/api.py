@@ -1,0 +1,68 @@
+"""The library API: `download(url, dest, **options) -> Report`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from bulkfetch.config import GetOptions, Limits, RetryPolicy, SinkOptions, SourceShape, Timeouts
+from bulkfetch.models import Progress, Report
+
+
+def build_options(
+    source: str,
+    dest: str | os.PathLike[str],
+    *,
+    from_file: bool = False,
+    workers: int | None = None,
+    concurrency: int = 64,
+    per_host: int = 0,
+    pages_ahead: int = 0,
+    sink: str = "dir",
+    fanout: int = 0,
+    verify: bool = True,
+    retries: int = 8,
+    max_retry_wait: float = 60.0,
+    connect_timeout: float = 10.0,
+    idle_timeout: float = 30.0,
+    total_timeout: float | None = None,
+    list_path: str = "/list",
+    names_key: str = "FileNames",
+    next_key: str = "NextMarker",
+    marker_param: str = "next-marker",
+    get_template: str = "/get/{name}",
+    restart: bool = False,
+    retry_failed: bool = False,
+) -> GetOptions:
+    """Validated, frozen options; raises bulkfetch.UsageError naming the bad input."""
+    return GetOptions(
+        source=str(source),
+        dest=os.fspath(dest),
+        from_file=from_file,
+        shape=SourceShape(list_path, names_key, next_key, marker_param, get_template),
+        limits=Limits(workers=workers or os.cpu_count() or 1, concurrency=concurrency,
+                      pages_ahead=pages_ahead, per_host=per_host),
+        sink=SinkOptions(kind=sink, fanout=fanout),
+        retry=RetryPolicy(retries=retries, max_retry_wait_s=max_retry_wait),
+        timeouts=Timeouts(connect_s=connect_timeout, idle_s=idle_timeout, total_s=total_timeout),
+        verify=verify,
+        restart=restart,
+        retry_failed=retry_failed,
+    )
+
+
+def download(
+    url: str,
+    dest: str | os.PathLike[str],
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    **options: object,
+) -> Report:
+    """Download every file `url` lists into `dest` and return the Report.
+
+    Rerunning with the same url and dest resumes. `progress`, if given, is called about ten
+    times a second with a Progress snapshot. Keyword options are those of build_options().
+    """
+    from bulkfetch.runners.local import run
+
+    return run(build_options(url, dest, **options), on_progress=progress)  # type: ignore[arg-type]

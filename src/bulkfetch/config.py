@@ -1,0 +1,114 @@
+"""Frozen configuration of a download run: what to fetch, how hard, how patiently."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import asdict, dataclass, field
+
+from bulkfetch.errors import UsageError
+
+
+@dataclass(frozen=True)
+class SourceShape:
+    """The shape of a paginated JSON listing API (the seed API by default)."""
+
+    list_path: str = "/list"
+    names_key: str = "FileNames"
+    next_key: str = "NextMarker"
+    marker_param: str = "next-marker"
+    get_template: str = "/get/{name}"
+
+    def __post_init__(self) -> None:
+        if "{name}" not in self.get_template:
+            raise UsageError(f"--get-template {self.get_template!r} must contain {{name}}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter; Retry-After honoured up to max_retry_wait_s."""
+
+    retries: int = 8  # attempts after the first one
+    backoff_base_s: float = 0.1
+    backoff_cap_s: float = 20.0
+    max_retry_wait_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise UsageError(f"--retries must be >= 0, got {self.retries}")
+        if self.max_retry_wait_s < 0:
+            raise UsageError("--max-retry-wait must be >= 0 seconds")
+
+    def delay(self, attempt: int, retry_after_s: float | None, rng: random.Random) -> float:
+        """Seconds to wait before retry number `attempt` (1 = the first retry)."""
+        if retry_after_s is not None:
+            return min(max(retry_after_s, 0.0), self.max_retry_wait_s)
+        ceiling = min(self.backoff_cap_s, self.backoff_base_s * 2 ** (attempt - 1))
+        return rng.uniform(0.0, ceiling)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 10.0
+    idle_s: float = 30.0  # no byte received for this long: give up on the attempt
+    total_s: float | None = None  # per request, optional
+
+    def __post_init__(self) -> None:
+        if self.connect_s <= 0 or self.idle_s <= 0 or (self.total_s is not None
+                                                       and self.total_s <= 0):
+            raise UsageError("timeouts must be positive numbers of seconds")
+
+
+@dataclass(frozen=True)
+class Limits:
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    concurrency: int = 64  # transfers in flight per worker
+    pages_ahead: int = 0  # pages listed but not finished; 0 = 2 per worker + 2
+    per_host: int = 0  # connections per host per worker; 0 = no limit beyond concurrency
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.concurrency < 1:
+            raise UsageError("--workers and --concurrency must be >= 1")
+
+    @property
+    def max_pages_out(self) -> int:
+        return self.pages_ahead or 2 * self.workers + 2
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    kind: str = "dir"  # "dir" | "null"
+    fanout: int = 0  # levels of hash-prefix directories
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("dir", "null"):
+            raise UsageError(f"--sink {self.kind!r}: choose dir or null")
+        if not 0 <= self.fanout <= 4:
+            raise UsageError(f"--fanout must be 0..4, got {self.fanout}")
+
+
+@dataclass(frozen=True)
+class GetOptions:
+    source: str  # the listing API's base URL, or the path of a URL list (from_file)
+    dest: str
+    from_file: bool = False
+    shape: SourceShape = field(default_factory=SourceShape)
+    limits: Limits = field(default_factory=Limits)
+    sink: SinkOptions = field(default_factory=SinkOptions)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    verify: bool = True
+    restart: bool = False
+    retry_failed: bool = False
+
+    def fingerprint(self) -> dict[str, object]:
+        """What makes two runs 'the same run' for resuming: source and output layout."""
+        return {
+            "source": self.source,
+            "from_file": self.from_file,
+            "shape": asdict(self.shape),
+            "sink": asdict(self.sink),
+        }
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)

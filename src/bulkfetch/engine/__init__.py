@@ -1,0 +1,1 @@
+"""The download engine: listing in the main process, fetching in worker processes."""

@@ -1,0 +1,71 @@
+"""libcurl (pycurl) handles configured once, and the error classification of transfers."""
+
+from __future__ import annotations
+
+import time
+from email.utils import parsedate_to_datetime
+
+import pycurl
+
+from bulkfetch import __version__
+from bulkfetch.config import Timeouts
+
+USER_AGENT = f"bulkfetch/{__version__}"
+# libcurl error codes after which another attempt may succeed.
+RETRYABLE_CURL_ERRORS = {
+    pycurl.E_COULDNT_RESOLVE_HOST,
+    pycurl.E_COULDNT_CONNECT,
+    pycurl.E_OPERATION_TIMEDOUT,
+    pycurl.E_PARTIAL_FILE,
+    pycurl.E_GOT_NOTHING,
+    pycurl.E_SEND_ERROR,
+    pycurl.E_RECV_ERROR,
+    pycurl.E_SSL_CONNECT_ERROR,
+    pycurl.E_HTTP2,
+    getattr(pycurl, "E_HTTP2_STREAM", 92),
+}
+
+
+def retryable_status(status: int) -> bool:
+    return status in (408, 429) or 500 <= status <= 599
+
+
+def new_handle(timeouts: Timeouts) -> pycurl.Curl:
+    handle = pycurl.Curl()
+    handle.setopt(pycurl.NOSIGNAL, 1)
+    handle.setopt(pycurl.USERAGENT, USER_AGENT)
+    handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(timeouts.connect_s * 1000))
+    # "Idle": fewer than 1 byte/s for idle_s seconds ends the attempt.
+    handle.setopt(pycurl.LOW_SPEED_LIMIT, 1)
+    handle.setopt(pycurl.LOW_SPEED_TIME, max(1, round(timeouts.idle_s)))
+    if timeouts.total_s is not None:
+        handle.setopt(pycurl.TIMEOUT_MS, int(timeouts.total_s * 1000))
+    handle.setopt(pycurl.FOLLOWLOCATION, 1)
+    handle.setopt(pycurl.MAXREDIRS, 5)
+    handle.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+    handle.setopt(pycurl.REDIR_PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+    handle.setopt(pycurl.TCP_NODELAY, 1)
+    return handle
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Retry-After as seconds from now; both the delta-seconds and the HTTP-date form."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def header_value(lines: list[bytes], name: bytes) -> str | None:
+    """The last value of header `name` (lower-case, with the colon) in raw header lines."""
+    found = None
+    size = len(name)
+    for line in lines:
+        if line[:size].lower() == name:
+            found = line[size:].strip().decode("latin-1")
+    return found

@@ -1,0 +1,107 @@
+"""Small, picklable values that cross process boundaries, and the final Report.
+
+Pages go down to workers; PageReports and Ticks come up. Nothing per file crosses a process
+boundary except inside a page's failure list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of names to fetch. `token` is what listed it (None: the first page)."""
+
+    seq: int
+    token: str | None
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    name: str
+    reason: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class PageReport:
+    """A page is finished: every name is either durable in the sink or a Failure."""
+
+    seq: int
+    ok: int
+    bytes: int
+    failures: tuple[Failure, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A worker's cumulative counters, sent about every 100 ms."""
+
+    worker: int
+    files_ok: int = 0
+    files_failed: int = 0
+    bytes: int = 0
+    retries: int = 0
+    in_flight: int = 0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Everything a display needs at one moment (cumulative since the run began)."""
+
+    files_ok: int = 0
+    files_failed: int = 0
+    bytes: int = 0
+    retries: int = 0
+    in_flight: int = 0
+    pages_listed: int = 0
+    pages_done: int = 0
+    listing_done: bool = False
+    total_files: int | None = None  # from X-Total-Files or once listing has finished
+    elapsed_s: float = 0.0
+    resumed_files: int = 0  # done in earlier runs of the same journal (not in the rates)
+
+
+@dataclass
+class Report:
+    """The outcome of a run: what `--report FILE.json` holds and download() returns."""
+
+    source: str
+    dest: str
+    files_ok: int = 0
+    files_failed: int = 0
+    bytes: int = 0
+    retries: int = 0
+    pages: int = 0
+    duration_s: float = 0.0
+    listing_complete: bool = False
+    interrupted: bool = False
+    error: str | None = None  # a run-level error (listing failed, disk full ...)
+    resumed_files: int = 0
+    resumed_bytes: int = 0
+    options: dict[str, object] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)  # the first 1,000
+    started_at: float | None = None  # Unix time (time.time()) the run began
+    finished_at: float | None = None  # Unix time the run ended
+
+    @property
+    def files_per_s(self) -> float:
+        """This run's rate: files done by earlier runs of the same journal do not count."""
+        done_now = self.files_ok - self.resumed_files
+        return done_now / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def bytes_per_s(self) -> float:
+        done_now = self.bytes - self.resumed_bytes
+        return done_now / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """0 all done, 1 some files failed or the run could not finish, 130 interrupted."""
+        if self.interrupted:
+            return 130
+        if self.error is not None or self.files_failed or not self.listing_complete:
+            return 1
+        return 0

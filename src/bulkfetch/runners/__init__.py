@@ -1,0 +1,1 @@
+"""Runners start the workers and coordinate a run: `local` (a process pool) for now."""

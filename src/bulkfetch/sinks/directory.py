@@ -1,0 +1,119 @@
+"""DEST/<name>: one file per name, written under a temporary name and renamed into place.
+
+Every path is resolved component by component with O_NOFOLLOW relative to directory file
+descriptors, so a symlink planted inside DEST is never written through and nothing is ever
+created outside DEST. Temporary files live in DEST/.bulkfetch/tmp, emptied at each start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+from bulkfetch.names import local_parts
+from bulkfetch.sinks.base import SinkFailure, SinkFatal
+
+TMP_DIR = ".bulkfetch/tmp"
+_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN_DIRS = 256
+
+
+def _fatal_or_failure(exc: OSError, what: str) -> Exception:
+    if exc.errno in _FATAL_ERRNOS:
+        return SinkFatal(f"{what}: {exc.strerror}")
+    return SinkFailure(f"{what}: {exc.strerror}")
+
+
+class DirectorySink:
+    def __init__(self, dest: Path, worker: int, fanout: int = 0) -> None:
+        self.dest = dest
+        self.fanout = fanout
+        self.prefix = f"w{worker}-{os.getpid()}-"
+        self.counter = 0
+        self.dest_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.tmp_fd = os.open(TMP_DIR, _DIR_FLAGS, dir_fd=self.dest_fd)
+        self.dirs: OrderedDict[tuple[str, ...], int] = OrderedDict()
+
+    def _directory(self, parts: tuple[str, ...]) -> int:
+        """An fd for DEST/parts, creating directories as needed, never following symlinks."""
+        if not parts:
+            return self.dest_fd
+        fd = self.dirs.get(parts)
+        if fd is not None:
+            self.dirs.move_to_end(parts)
+            return fd
+        parent = self._directory(parts[:-1])
+        leaf = parts[-1]
+        try:
+            fd = os.open(leaf, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            try:
+                os.mkdir(leaf, 0o755, dir_fd=parent)
+            except FileExistsError:
+                pass  # another worker made it meanwhile
+            except OSError as exc:
+                raise _fatal_or_failure(exc, f"cannot create directory {'/'.join(parts)}") from None
+            fd = self._open_existing(parts, parent)
+        except OSError as exc:
+            raise self._not_a_directory(exc, parts) from None
+        self.dirs[parts] = fd
+        if len(self.dirs) > _OPEN_DIRS:
+            _, old = self.dirs.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def _open_existing(self, parts: tuple[str, ...], parent: int) -> int:
+        try:
+            return os.open(parts[-1], _DIR_FLAGS, dir_fd=parent)
+        except OSError as exc:
+            raise self._not_a_directory(exc, parts) from None
+
+    @staticmethod
+    def _not_a_directory(exc: OSError, parts: tuple[str, ...]) -> Exception:
+        where = "/".join(parts)
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return SinkFailure(f"{where} is a symlink or a file, not a directory")
+        return _fatal_or_failure(exc, f"cannot open directory {where}")
+
+    def write(self, name: str, body: bytes) -> None:
+        parts = local_parts(name, self.fanout)
+        parent = self._directory(tuple(parts[:-1]))
+        self.counter += 1
+        temporary = f"{self.prefix}{self.counter}"
+        try:
+            fd = os.open(temporary, _FILE_FLAGS, 0o644, dir_fd=self.tmp_fd)
+        except OSError as exc:
+            raise _fatal_or_failure(exc, "cannot create a temporary file") from None
+        try:
+            try:
+                view = memoryview(body)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.rename(temporary, parts[-1], src_dir_fd=self.tmp_fd, dst_dir_fd=parent)
+        except OSError as exc:
+            self._discard(temporary)
+            if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                raise SinkFailure(f"a directory is in the way of {name}") from None
+            raise _fatal_or_failure(exc, f"cannot write {name}") from None
+
+    def _discard(self, temporary: str) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=self.tmp_fd)
+
+    def commit_page(self) -> None:
+        """Files are renamed into place as they complete; the journal's page mark follows.
+        That survives a killed process; surviving power loss would need an fsync per file."""
+
+    def close(self) -> None:
+        for fd in self.dirs.values():
+            os.close(fd)
+        self.dirs.clear()
+        os.close(self.tmp_fd)
+        os.close(self.dest_fd)

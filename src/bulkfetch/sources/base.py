@@ -1,0 +1,34 @@
+"""The Source protocol: list one page by token; turn a listed item into (name, URL)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ListedPage:
+    items: tuple[str, ...]
+    next_token: str | None
+    total: int | None = None  # files in the whole listing, when the source says so
+
+
+class ListingError(Exception):
+    """A page could not be listed. `retryable`: another attempt may succeed."""
+
+    def __init__(self, message: str, retryable: bool, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+
+
+class Source(Protocol):
+    def describe(self) -> str: ...
+
+    def list_page(self, token: str | None) -> ListedPage:
+        """One attempt at the page `token` (None: the first). Raises ListingError."""
+        ...
+
+    def resolve(self, item: str) -> tuple[str, str]:
+        """(name, url) of a listed item. Raises ValueError with the reason if unusable."""
+        ...

@@ -1,0 +1,99 @@
+"""A paginated JSON listing API: the seed API by default, any of its shape via SourceShape."""
+
+from __future__ import annotations
+
+import io
+import json
+from urllib.parse import quote, urlsplit
+
+import pycurl
+
+from bulkfetch.config import SourceShape, Timeouts
+from bulkfetch.engine.curl import header_value, new_handle, retry_after_seconds, retryable_status
+from bulkfetch.errors import UsageError
+from bulkfetch.sources.base import ListedPage, ListingError
+
+
+def redact(url: str) -> str:
+    """A URL fit for messages: no user-info, no query string (it may hold signatures)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
+
+
+class FileServerSource:
+    def __init__(self, base_url: str, shape: SourceShape, timeouts: Timeouts) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(f"URL {base_url!r} must be http:// or https:// with a host")
+        self.base = base_url.rstrip("/")
+        self.shape = shape
+        self.timeouts = timeouts
+        self._handle: pycurl.Curl | None = None
+
+    def describe(self) -> str:
+        return redact(self.base)
+
+    def list_url(self, token: str | None) -> str:
+        url = self.base + self.shape.list_path
+        if token is not None:
+            url += f"?{self.shape.marker_param}={quote(token, safe='')}"
+        return url
+
+    def resolve(self, item: str) -> tuple[str, str]:
+        return item, self.base + self.shape.get_template.replace(
+            "{name}", quote(item, safe="/")
+        )
+
+    def list_page(self, token: str | None) -> ListedPage:
+        url = self.list_url(token)
+        where = f"listing {redact(url)}"
+        status, headers, body = self._get(url, where)
+        if status != 200:
+            retry_after = retry_after_seconds(header_value(headers, b"retry-after:"))
+            raise ListingError(f"{where}: HTTP {status}", retryable_status(status), retry_after)
+        content_type = (header_value(headers, b"content-type:") or "").lower()
+        if "html" in content_type:
+            raise ListingError(f"{where}: expected JSON but the server sent {content_type}",
+                               retryable=False)
+        try:
+            page = json.loads(body)
+        except ValueError as exc:
+            raise ListingError(f"{where}: malformed JSON ({exc})", retryable=True) from None
+        return self._validate(page, headers, where)
+
+    def _validate(self, page: object, headers: list[bytes], where: str) -> ListedPage:
+        names_key, next_key = self.shape.names_key, self.shape.next_key
+        if not isinstance(page, dict) or not isinstance(page.get(names_key), list):
+            raise ListingError(f"{where}: no {names_key!r} list in the JSON", retryable=False)
+        names = page[names_key]
+        if not all(isinstance(n, str) for n in names):
+            raise ListingError(f"{where}: {names_key!r} holds non-string entries",
+                               retryable=False)
+        following = page.get(next_key)
+        if following is not None and (not isinstance(following, str) or not following):
+            raise ListingError(f"{where}: {next_key!r} is not a non-empty string",
+                               retryable=False)
+        total_text = header_value(headers, b"x-total-files:")
+        total = int(total_text) if total_text and total_text.isdigit() else None
+        return ListedPage(tuple(names), following, total)
+
+    def _get(self, url: str, where: str) -> tuple[int, list[bytes], bytes]:
+        if self._handle is None:
+            self._handle = new_handle(self.timeouts)
+        handle = self._handle
+        body, headers = io.BytesIO(), []
+        handle.setopt(pycurl.URL, url)
+        handle.setopt(pycurl.WRITEDATA, body)
+        handle.setopt(pycurl.HEADERFUNCTION, headers.append)
+        try:
+            handle.perform()
+        except pycurl.error as exc:
+            code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
+            raise ListingError(f"{where}: {message} (curl error {code})", retryable=True) from None
+        status = int(handle.getinfo(pycurl.RESPONSE_CODE))
+        # After redirects only the last response's headers count.
+        starts = [i for i, line in enumerate(headers) if line.startswith(b"HTTP/")]
+        return status, headers[starts[-1] if starts else 0 :], body.getvalue()
