@@ -127,7 +127,10 @@ def serve(**flags: object) -> None:
     if flags["export_static"]:
         from bulkfetch.server.export import export_static
 
-        export_static(options, str(flags["export_static"]), progress=True)
+        try:
+            export_static(options, str(flags["export_static"]), progress=True)
+        except UsageError as exc:
+            raise _usage(exc) from None
         return
     if not is_loopback(options.host):
         click.echo(f"warning: listening on {options.host}, which is not a loopback address; "
@@ -158,9 +161,9 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
     try:
         report = run(options, on_progress=display.update)
     except UsageError as exc:
-        display.stop()
         raise _usage(exc) from None
-    display.stop()
+    finally:
+        display.stop()
     if not quiet:
         print_summary(report, Console(stderr=True))
     if report_path:

@@ -7,3 +7,41 @@ class BulkfetchError(Exception):
 
 class UsageError(BulkfetchError):
     """A flag, argument or specification the user gave cannot be used (exit code 2)."""
+
+
+class DestBusy(UsageError):
+    """Another bulkfetch run holds DEST's lock (DEST/.bulkfetch/lock)."""
+
+    def __init__(self, message: str, *, dest: object = None, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.dest = dest
+        self.pid = pid
+
+
+class JournalMismatch(UsageError):
+    """DEST's journal belongs to a different run (another source or output layout)."""
+
+    def __init__(self, message: str, *, differences: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.differences = differences  # "key: old vs new" lines
+
+
+class JournalCorrupt(UsageError):
+    """DEST/.bulkfetch/journal.sqlite is unreadable or not a journal this version can use."""
+
+
+class NoJournal(UsageError):
+    """`bulkfetch status DEST`: DEST has no journal."""
+
+
+class JournalIOError(BulkfetchError):
+    """The journal could not be created or written (disk full, I/O error, permissions)."""
+
+
+class TokenLoop(BulkfetchError):
+    """The server's pagination returned a token that an earlier page already had."""
+
+    def __init__(self, message: str, *, seq: int = -1, first_seq: int = -1) -> None:
+        super().__init__(message)
+        self.seq = seq  # the page whose token repeats
+        self.first_seq = first_seq  # the page that had it first

@@ -62,6 +62,7 @@ class Progress:
     total_files: int | None = None  # from X-Total-Files or once listing has finished
     elapsed_s: float = 0.0
     resumed_files: int = 0  # done in earlier runs of the same journal (not in the rates)
+    resumed_bytes: int = 0  # their bytes (included in `bytes`, not in the rates)
 
 
 @dataclass

@@ -32,7 +32,9 @@ def test_parse_bytes_suffixes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "k", "abc", "1x", "-1", "-4k", "nan", "inf", "1e400", "4 k k"])
+@pytest.mark.parametrize(
+    "text", ["", "k", "abc", "1x", "-1", "-4k", "nan", "inf", "1e400", "4 k k"]
+)
 def test_parse_bytes_refuses_and_names_the_input(text: str) -> None:
     with pytest.raises(UsageError) as info:
         parse_bytes(text)

@@ -69,3 +69,15 @@ def header_value(lines: list[bytes], name: bytes) -> str | None:
         if line[:size].lower() == name:
             found = line[size:].strip().decode("latin-1")
     return found
+
+
+def validators(lines: list[bytes]) -> tuple[str | None, str | None]:
+    """(ETag, Content-MD5) from raw header lines, in one pass (this runs once per file)."""
+    etag = content_md5 = None
+    for line in lines:
+        first = line[:1]
+        if first in b"Ee" and line[:5].lower() == b"etag:":
+            etag = line[5:].strip().decode("latin-1")
+        elif first in b"Cc" and line[:12].lower() == b"content-md5:":
+            content_md5 = line[12:].strip().decode("latin-1")
+    return etag, content_md5

@@ -4,6 +4,8 @@ either stored or failed."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import heapq
 import itertools
@@ -21,6 +23,7 @@ from bulkfetch.engine.curl import (
     new_handle,
     retry_after_seconds,
     retryable_status,
+    validators,
 )
 from bulkfetch.models import Failure, Page, PageReport, Tick
 from bulkfetch.names import check_name
@@ -51,9 +54,6 @@ def expected_md5(etag: str | None, content_md5: str | None) -> str | None:
     """The body's MD5 as the server states it: a strong ETag of 32 hex digits (S3 and the
     seed API), or Content-MD5 (base64). None when the server states none."""
     if content_md5:
-        import base64
-        import binascii
-
         try:
             return base64.b64decode(content_md5, validate=True).hex()
         except (binascii.Error, ValueError):
@@ -197,8 +197,7 @@ class Fetcher:
         if announced >= 0 and announced != len(body):
             return f"body of {len(body)} bytes, Content-Length {int(announced)}"
         if self.verify:
-            expected = expected_md5(header_value(lines, b"etag:"),
-                                    header_value(lines, b"content-md5:"))
+            expected = expected_md5(*validators(lines))
             if expected is not None and hashlib.md5(body).hexdigest() != expected:
                 return "MD5 of the body does not match the server's ETag/Content-MD5"
         return None

@@ -93,6 +93,8 @@ class _Coordinator:
         self.pages_out = 0
         self.error: str | None = None
         self.listing_over = False
+        self.retry_names: dict[int, set[str]] = {}  # --retry-failed: seq -> failed names
+        self.retrying: dict[int, tuple[str, ...]] = {}  # retry pages out: seq -> names sent
 
     # -- progress ------------------------------------------------------------------------
     def progress(self, started: float) -> Progress:
@@ -109,14 +111,21 @@ class _Coordinator:
             total_files=self.total_files,
             elapsed_s=time.monotonic() - started,
             resumed_files=self.resumed_ok,
+            resumed_bytes=self.resumed_bytes,
         )
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> Report:
         options, journal = self.options, self.journal
-        replay = journal.pending_pages()
         next_seq, next_token, listing_done = journal.resume_point()
         self.listing_done = listing_done
+        if options.retry_failed:
+            # Re-list only the pages with failures and fetch only their failed names.
+            replay, list_more = journal.failed_pages(), False
+            for seq, name in journal.failed_names():
+                self.retry_names.setdefault(seq, set()).add(name)
+        else:
+            replay, list_more = journal.pending_pages(), not listing_done
         context = multiprocessing.get_context("fork")
         tasks, results, stop = context.Queue(), context.Queue(), context.Event()
         workers = [
@@ -127,8 +136,9 @@ class _Coordinator:
         for worker in workers:
             worker.start()
         lister = Lister(self.source, options.retry, replay, next_seq, next_token,
-                        list_more=not listing_done, ahead=options.limits.max_pages_out)
+                        list_more=list_more, ahead=options.limits.max_pages_out)
         started = time.monotonic()
+        self.started_at = time.time()
         interrupted = False
         with _Interrupt() as interrupt:
             lister.start()
@@ -191,11 +201,25 @@ class _Coordinator:
                 self.pages_listed += 1
             if page.total is not None and not self.listing_done:
                 self.total_files = page.total
-            if not page.items:
+            items = page.items
+            if event.seq in self.retry_names:
+                failed = self.retry_names.pop(event.seq)
+                items = tuple(i for i in items if self._name_of(i) in failed)
+                self.retrying[event.seq] = items
+                if not items:
+                    continue
+            if not items:
                 self._page_done(PageReport(event.seq, 0, 0))
                 continue
-            tasks.put(Page(event.seq, event.token, page.items))
+            tasks.put(Page(event.seq, event.token, items))
             self.pages_out += 1
+
+    def _name_of(self, item: str) -> str:
+        """The name a listed item is journaled under (the item itself if unusable)."""
+        try:
+            return self.source.resolve(item)[0]
+        except ValueError:
+            return item
 
     def _fail_run(self, message: str) -> None:
         self.error = message
@@ -204,6 +228,12 @@ class _Coordinator:
 
     def _page_done(self, report: PageReport) -> None:
         self.journal.page_done(report)
+        sent = self.retrying.pop(report.seq, None)
+        if sent is not None:
+            still_failing = {failure.name for failure in report.failures}
+            self.journal.retry_succeeded(
+                name for name in map(self._name_of, sent) if name not in still_failing)
+            return
         self.pages_done += 1
 
     def _handle(self, message: tuple[str, Any]) -> int | None:
@@ -272,4 +302,6 @@ class _Coordinator:
             resumed_bytes=self.resumed_bytes,
             options=self.options.as_dict(),
             failures=self.journal.failures(1000),
+            started_at=self.started_at,
+            finished_at=time.time(),
         )

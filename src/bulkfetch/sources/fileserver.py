@@ -11,6 +11,7 @@ import pycurl
 from bulkfetch.config import SourceShape, Timeouts
 from bulkfetch.engine.curl import header_value, new_handle, retry_after_seconds, retryable_status
 from bulkfetch.errors import UsageError
+from bulkfetch.names import is_plain
 from bulkfetch.sources.base import ListedPage, ListingError
 
 
@@ -32,6 +33,8 @@ class FileServerSource:
         self.shape = shape
         self.timeouts = timeouts
         self._handle: pycurl.Curl | None = None
+        prefix, _, suffix = shape.get_template.partition("{name}")
+        self._get_prefix, self._get_suffix = self.base + prefix, suffix
 
     def describe(self) -> str:
         return redact(self.base)
@@ -43,9 +46,8 @@ class FileServerSource:
         return url
 
     def resolve(self, item: str) -> tuple[str, str]:
-        return item, self.base + self.shape.get_template.replace(
-            "{name}", quote(item, safe="/")
-        )
+        quoted = item if is_plain(item) else quote(item, safe="/")
+        return item, self._get_prefix + quoted + self._get_suffix
 
     def list_page(self, token: str | None) -> ListedPage:
         url = self.list_url(token)

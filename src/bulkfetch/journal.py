@@ -1,0 +1,675 @@
+"""The run's journal: DEST/.bulkfetch/journal.sqlite (SQLite, WAL, synchronous=NORMAL).
+
+It holds the run's fingerprint (source and output layout), every listed page (seq, token,
+next token, count, status, ok/bytes/failed) and one row per failed name. Rerunning the same
+command resumes from it; `bulkfetch status DEST` reads it (read_status) while a run holds it.
+
+Threading and processes: a Journal is written from ONE thread of the main process only (the
+sqlite3 connection refuses use from any other thread). Workers never touch it: they send
+PageReports up and the main process calls page_done(). The lock on DEST/.bulkfetch/lock is
+closed in forked children (os.register_at_fork), so an orphaned worker cannot keep DEST locked.
+
+Counting is incremental: SQLite triggers keep the one-row `run` table equal to the sums over
+`pages` (and each page's `failed` equal to its rows in `failures`) inside every write
+transaction, so totals() is O(1), and a crash at any moment leaves the two consistent.
+Memory never grows with the number of files: failed_names() streams in chunks.
+
+Encoding: tokens and names are stored as TEXT, or as a UTF-8 (surrogatepass) BLOB when they
+contain NUL or lone surrogates, so hostile names round-trip exactly. The first page's token
+(None) is stored as '' - an empty token from the server is therefore the first page's token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bulkfetch.errors import (
+    DestBusy,
+    JournalCorrupt,
+    JournalIOError,
+    JournalMismatch,
+    NoJournal,
+    TokenLoop,
+)
+from bulkfetch.models import Failure, PageReport
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x62664A31  # "bfJ1": marks the file as a bulkfetch journal
+STATE_DIR = ".bulkfetch"
+DB_NAME = "journal.sqlite"
+LOCK_NAME = "lock"
+_CHUNK = 1000
+_LOCK_TRIES = 5  # a `status` probe holds the lock shared for microseconds: retry briefly
+
+State = Literal["running", "finished", "finished with failures", "interrupted", "empty"]
+
+_SCHEMA = """
+CREATE TABLE run (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    fingerprint TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    listing_done INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    pages_listed INTEGER NOT NULL DEFAULT 0,
+    pages_done INTEGER NOT NULL DEFAULT 0,
+    files_listed INTEGER NOT NULL DEFAULT 0,
+    files_ok INTEGER NOT NULL DEFAULT 0,
+    files_failed INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE pages (
+    seq INTEGER PRIMARY KEY,
+    token NOT NULL UNIQUE,                  -- '' for the first page
+    next_token,                             -- NULL on the last page
+    count INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'listed' CHECK (status IN ('listed', 'done')),
+    ok INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,      -- = its rows in failures (triggers)
+    listed_at REAL NOT NULL,
+    done_at REAL
+);
+CREATE INDEX pages_pending ON pages(seq) WHERE status = 'listed';
+CREATE TABLE failures (
+    name PRIMARY KEY,
+    seq INTEGER NOT NULL REFERENCES pages(seq),
+    reason TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX failures_by_page ON failures(seq, name);
+
+CREATE TRIGGER pages_ins AFTER INSERT ON pages BEGIN
+    UPDATE run SET pages_listed = pages_listed + 1, files_listed = files_listed + NEW.count,
+        pages_done = pages_done + (NEW.status = 'done'), files_ok = files_ok + NEW.ok,
+        files_failed = files_failed + NEW.failed, bytes = bytes + NEW.bytes;
+END;
+CREATE TRIGGER pages_upd AFTER UPDATE ON pages BEGIN
+    UPDATE run SET files_listed = files_listed + NEW.count - OLD.count,
+        pages_done = pages_done + (NEW.status = 'done') - (OLD.status = 'done'),
+        files_ok = files_ok + NEW.ok - OLD.ok,
+        files_failed = files_failed + NEW.failed - OLD.failed,
+        bytes = bytes + NEW.bytes - OLD.bytes;
+END;
+CREATE TRIGGER failures_ins AFTER INSERT ON failures BEGIN
+    UPDATE pages SET failed = failed + 1 WHERE seq = NEW.seq;
+END;
+CREATE TRIGGER failures_del AFTER DELETE ON failures BEGIN
+    UPDATE pages SET failed = failed - 1 WHERE seq = OLD.seq;
+END;
+CREATE TRIGGER failures_move AFTER UPDATE OF seq ON failures WHEN NEW.seq != OLD.seq BEGIN
+    UPDATE pages SET failed = failed - 1 WHERE seq = OLD.seq;
+    UPDATE pages SET failed = failed + 1 WHERE seq = NEW.seq;
+END;
+"""
+
+_UPSERT_FAILURE = (
+    "INSERT INTO failures (name, seq, reason, attempts, at) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET "
+)
+_UPSERT_NEW = _UPSERT_FAILURE + (
+    "seq = excluded.seq, reason = excluded.reason, attempts = excluded.attempts, at = excluded.at"
+)
+_UPSERT_RETRY = _UPSERT_FAILURE + (
+    "reason = excluded.reason, attempts = failures.attempts + excluded.attempts, at = excluded.at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    pages_listed: int = 0
+    pages_done: int = 0
+    files_listed: int = 0
+    files_ok: int = 0
+    files_failed: int = 0  # = rows in failures
+    bytes: int = 0
+    listing_done: bool = False
+    started_at: float = 0.0  # when the journal was created (unix time)
+    updated_at: float = 0.0  # its last write
+
+
+@dataclass(frozen=True)
+class Status:
+    """What `bulkfetch status DEST` shows."""
+
+    dest: str
+    state: State
+    totals: Totals
+    fingerprint: dict[str, object] = field(default_factory=dict)
+    pid: int | None = None  # the run holding the lock (state "running")
+    last_error: str | None = None
+    failures: tuple[Failure, ...] = ()  # the first 20 by page seq, name
+
+
+# ---------------------------------------------------------------------------- encoding
+
+
+def _enc(value: str) -> str | bytes:
+    """TEXT when SQLite can hold it as is, else a BLOB (injective: TEXT != BLOB)."""
+    if "\x00" not in value:
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            pass
+    return value.encode("utf-8", "surrogatepass")
+
+
+def _dec(value: str | bytes) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
+
+
+def _text(value: str) -> str:
+    """Free text (reasons, errors) made storable; for display only."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/@\s:]*):[^/@\s]*@")
+
+
+def _redact(value: object) -> object:
+    """Passwords in URLs never reach the journal (user:pass@ -> user:***@)."""
+    if isinstance(value, str):
+        return _USERINFO.sub(r"\1:***@", value)
+    if isinstance(value, dict):
+        return {str(k): _redact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact(v) for v in value]
+    return value
+
+
+def _fingerprint_json(fingerprint: dict[str, object]) -> str:
+    return json.dumps(_redact(fingerprint), sort_keys=True, default=str)
+
+
+_ABSENT = object()
+
+
+def _differences(old: object, new: object, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        lines: list[str] = []
+        for key in sorted(set(old) | set(new)):
+            lines += _differences(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}{key}.")
+        return lines
+    if old == new:
+        return []
+
+    def show(v: object) -> str:
+        return "(absent)" if v is _ABSENT else json.dumps(v, sort_keys=True)
+
+    return [f"  {prefix.rstrip('.') or '(fingerprint)'}: {show(old)} vs {show(new)}"]
+
+
+# ---------------------------------------------------------------------------- lock
+
+_LOCK_FDS: set[int] = set()
+
+
+def _close_locks_in_child() -> None:
+    for fd in _LOCK_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_locks_in_child)
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+
+
+def _lock(dest: Path, path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    for attempt in range(_LOCK_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if attempt == _LOCK_TRIES - 1:
+                pid = _read_pid(fd)
+                os.close(fd)
+                who = f"pid {pid}" if pid else "pid unknown"
+                raise DestBusy(f"{dest} is in use by another bulkfetch run ({who}): wait for "
+                               "it to finish or stop it, or choose another DEST",
+                               dest=dest, pid=pid) from None
+            time.sleep(0.02)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _LOCK_FDS.add(fd)
+    return fd
+
+
+def _unlock(fd: int) -> None:
+    if fd in _LOCK_FDS:  # not already closed by a fork handler (or by us)
+        _LOCK_FDS.discard(fd)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        os.close(fd)  # releases the flock
+
+
+def _lock_holder(path: Path) -> tuple[bool, int | None]:
+    """(held, pid) without disturbing a run: a shared non-blocking probe, released at once."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False, None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True, _read_pid(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False, None
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------- schema
+
+
+def _corrupt(path: Path, why: str) -> JournalCorrupt:
+    return JournalCorrupt(f"{path} {why}: use --restart to start over (files already "
+                          "downloaded are kept), or choose another DEST")
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path) -> bool:
+    """True when the file holds our schema, False when it is empty; else JournalCorrupt."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, f"is not a valid bulkfetch journal ({exc})") from None
+    if app_id == 0 and version == 0 and tables == 0:
+        return False
+    if app_id != APPLICATION_ID:
+        raise _corrupt(path, "is not a bulkfetch journal")
+    if version != SCHEMA_VERSION:
+        raise _corrupt(path, f"was written by another bulkfetch version (journal schema "
+                             f"{version}, this version reads {SCHEMA_VERSION})")
+    try:
+        if conn.execute("SELECT count(*) FROM run").fetchone()[0] != 1:
+            raise _corrupt(path, "is damaged (no run record)")
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, f"is damaged ({exc})") from None
+    return True
+
+
+def _totals(row: tuple[Any, ...]) -> Totals:
+    listed, done, f_listed, ok, failed, nbytes, listing_done, started, updated = row
+    return Totals(listed, done, f_listed, ok, failed, nbytes, bool(listing_done), started, updated)
+
+
+_TOTALS_SQL = ("SELECT pages_listed, pages_done, files_listed, files_ok, files_failed, bytes, "
+               "listing_done, started_at, updated_at FROM run")
+_FAILURES_SQL = "SELECT name, reason, attempts FROM failures ORDER BY seq, name LIMIT ?"
+
+
+# ---------------------------------------------------------------------------- journal
+
+
+class Journal:
+    """The journal of the run writing into `dest`. Create with Journal.open()."""
+
+    def __init__(self, dest: Path, conn: sqlite3.Connection, lock_fd: int, resumed: bool):
+        self.dest = dest
+        self.path = dest / STATE_DIR / DB_NAME
+        self.resumed = resumed
+        self._conn: sqlite3.Connection | None = conn
+        self._lock_fd = lock_fd
+
+    @classmethod
+    def open(cls, dest: Path, fingerprint: dict[str, object], *,
+             restart: bool = False) -> Journal:
+        dest = Path(dest)
+        state = dest / STATE_DIR
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+            if state.is_symlink() or (state.exists() and not state.is_dir()):
+                raise _corrupt(state, "is not a directory bulkfetch made (a symlink or a file)")
+            state.mkdir(exist_ok=True)
+            lock_fd = _lock(dest, state / LOCK_NAME)
+        except OSError as exc:
+            raise JournalIOError(f"cannot create the journal in {state}: {exc}") from None
+        try:
+            conn, resumed = cls._connect(dest, state / DB_NAME, fingerprint, restart)
+        except BaseException:
+            _unlock(lock_fd)
+            raise
+        return cls(dest, conn, lock_fd, resumed)
+
+    @staticmethod
+    def _connect(dest: Path, path: Path, fingerprint: dict[str, object],
+                 restart: bool) -> tuple[sqlite3.Connection, bool]:
+        if restart:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{path}{suffix}")
+        fp_json = _fingerprint_json(fingerprint)
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, timeout=10.0)
+        except sqlite3.Error as exc:
+            raise JournalIOError(f"cannot open the journal {path}: {exc}") from None
+        try:
+            exists = _check_schema(conn, path)
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute("PRAGMA foreign_keys = ON")
+                if not exists:
+                    # one transaction (executescript takes no parameters: fp_json is pure
+                    # ASCII JSON, quoted as an SQL literal)
+                    now, literal = repr(time.time()), "'" + fp_json.replace("'", "''") + "'"
+                    conn.executescript(
+                        f"BEGIN IMMEDIATE; {_SCHEMA}"
+                        "INSERT INTO run (id, fingerprint, started_at, updated_at) "
+                        f"VALUES (0, {literal}, {now}, {now});"
+                        f"PRAGMA user_version = {SCHEMA_VERSION};"
+                        f"PRAGMA application_id = {APPLICATION_ID}; COMMIT;")
+                    return conn, False
+                stored, listed, done = conn.execute(
+                    "SELECT fingerprint, pages_listed, listing_done FROM run").fetchone()
+            except sqlite3.OperationalError as exc:
+                raise JournalIOError(f"cannot open the journal {path}: {exc}") from None
+            except sqlite3.DatabaseError as exc:
+                raise _corrupt(path, f"is damaged ({exc})") from None
+            try:
+                old = json.loads(stored)
+            except ValueError:
+                raise _corrupt(path, "is damaged (unreadable fingerprint)") from None
+            new = json.loads(fp_json)
+            if old != new:
+                diff = tuple(_differences(old, new))
+                raise JournalMismatch(
+                    f"{dest} holds the journal of a different run (journal vs this run):\n"
+                    + "\n".join(diff)
+                    + "\nUse --restart to start over (files already downloaded are kept), "
+                    "or choose another DEST.", differences=tuple(d.strip() for d in diff))
+            try:  # a new run: the previous run's error no longer describes DEST
+                conn.execute("UPDATE run SET last_error = NULL, updated_at = ?", (time.time(),))
+            except sqlite3.OperationalError as exc:
+                raise JournalIOError(f"cannot write the journal {path}: {exc}") from None
+            return conn, bool(listed or done)
+        except BaseException:
+            conn.close()
+            raise
+
+    # -- plumbing
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError("the journal is closed")
+        return self._conn
+
+    @contextlib.contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.OperationalError as exc:  # disk full, I/O error, read-only ...
+            raise JournalIOError(f"cannot use the journal {self.path}: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is not sqlite3.DatabaseError:  # misuse (wrong thread ...): a bug
+                raise
+            raise _corrupt(self.path, f"is damaged ({exc})") from None
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; rolled back on any error."""
+        conn = self._db
+        with self._translated():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("UPDATE run SET updated_at = ?", (time.time(),))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        with self._translated():
+            return self._db.execute(sql, args).fetchone()
+
+    # -- listing
+
+    def add_page(self, seq: int, token: str | None, next_token: str | None, count: int) -> None:
+        """Journal a listed page. Same (seq, token) again updates next_token and count."""
+        tok = "" if token is None else _enc(token)
+        nxt = None if next_token is None else _enc(next_token)
+        with self._write() as c:
+            row = c.execute("SELECT seq FROM pages WHERE token = ?", (tok,)).fetchone()
+            if row is not None and row[0] != seq:
+                raise TokenLoop(f"page {seq}'s token was already listed as page {row[0]}: "
+                                "the server's pagination loops", seq=seq, first_seq=row[0])
+            if row is not None:
+                c.execute("UPDATE pages SET next_token = ?, count = ? WHERE seq = ?",
+                          (nxt, count, seq))
+            elif c.execute("SELECT 1 FROM pages WHERE seq = ?", (seq,)).fetchone():
+                raise ValueError(f"page {seq} is already journaled with another token")
+            else:
+                c.execute("INSERT INTO pages (seq, token, next_token, count, listed_at) "
+                          "VALUES (?, ?, ?, ?, ?)", (seq, tok, nxt, count, time.time()))
+            if next_token is None:  # the last page: listing is complete
+                c.execute("UPDATE run SET listing_done = 1")
+
+    def finish_listing(self) -> None:
+        with self._write() as c:
+            c.execute("UPDATE run SET listing_done = 1")
+
+    def pending_pages(self) -> list[tuple[int, str | None]]:
+        with self._translated():
+            rows = self._db.execute(
+                "SELECT seq, token FROM pages WHERE status = 'listed' ORDER BY seq").fetchall()
+        return [(seq, None if tok == "" else _dec(tok)) for seq, tok in rows]
+
+    def failed_pages(self) -> list[tuple[int, str | None]]:
+        """(seq, token) of done pages that still have failures, in seq order."""
+        with self._translated():
+            rows = self._db.execute(
+                "SELECT seq, token FROM pages WHERE status = 'done' AND failed > 0 "
+                "ORDER BY seq").fetchall()
+        return [(seq, None if tok == "" else _dec(tok)) for seq, tok in rows]
+
+    def resume_point(self) -> tuple[int, str | None, bool]:
+        (done,) = self._one("SELECT listing_done FROM run")
+        row = self._one("SELECT seq, next_token FROM pages ORDER BY seq DESC LIMIT 1")
+        if row is None:
+            return 0, None, bool(done)
+        seq, nxt = row
+        return seq + 1, None if nxt is None else _dec(nxt), bool(done)
+
+    # -- results
+
+    def page_done(self, report: PageReport) -> None:
+        """Mark a page done with its counts and failures, in one transaction.
+
+        On a page that is already done (a --retry-failed pass reporting under the page's
+        seq): failures are upserted (reason replaced, attempts added, page kept), bytes are
+        added, and report.ok is NOT counted - retry_succeeded(names) moves those names.
+        """
+        now = time.time()
+        with self._write() as c:
+            row = c.execute("SELECT status FROM pages WHERE seq = ?", (report.seq,)).fetchone()
+            if row is None:
+                raise ValueError(f"page {report.seq} was never journaled (call add_page first)")
+            if row[0] == "listed":
+                c.execute("UPDATE pages SET status = 'done', ok = ?, bytes = ?, done_at = ? "
+                          "WHERE seq = ?", (report.ok, report.bytes, now, report.seq))
+                sql = _UPSERT_NEW
+            else:
+                c.execute("UPDATE pages SET bytes = bytes + ?, done_at = ? WHERE seq = ?",
+                          (report.bytes, now, report.seq))
+                sql = _UPSERT_RETRY
+            c.executemany(sql, ((_enc(f.name), report.seq, _text(f.reason), f.attempts, now)
+                                for f in report.failures))
+
+    def retry_succeeded(self, names: Iterable[str]) -> None:
+        """Names that succeeded on a retry pass: out of failures, counted ok on their page."""
+        with self._write() as c:
+            it = iter(names)
+            while chunk := [(_enc(n),) for _, n in zip(range(_CHUNK), it, strict=False)]:
+                c.executemany("UPDATE pages SET ok = ok + 1 WHERE seq = "
+                              "(SELECT seq FROM failures WHERE name = ?)", chunk)
+                c.executemany("DELETE FROM failures WHERE name = ?", chunk)
+
+    def record_error(self, message: str) -> None:
+        with self._write() as c:
+            c.execute("UPDATE run SET last_error = ?", (_text(message),))
+
+    # -- reading
+
+    def totals(self) -> Totals:
+        return _totals(self._one(_TOTALS_SQL))
+
+    def failures(self, limit: int = 1000) -> list[Failure]:
+        with self._translated():
+            rows = self._db.execute(_FAILURES_SQL, (limit,)).fetchall()
+        return [Failure(_dec(name), reason, attempts) for name, reason, attempts in rows]
+
+    def failure_count(self) -> int:
+        return self._one("SELECT files_failed FROM run")[0]
+
+    def failed_names(self) -> Iterator[tuple[int, str]]:
+        """(page seq, name) of every failure, in that order, in chunks (safe to interleave
+        with retry_succeeded / page_done on the same thread)."""
+        after: tuple[int, str | bytes] | None = None
+        while True:
+            with self._translated():
+                if after is None:
+                    rows = self._db.execute("SELECT seq, name FROM failures ORDER BY seq, name "
+                                            "LIMIT ?", (_CHUNK,)).fetchall()
+                else:
+                    rows = self._db.execute(
+                        "SELECT seq, name FROM failures WHERE (seq, name) > (?, ?) "
+                        "ORDER BY seq, name LIMIT ?", (*after, _CHUNK)).fetchall()
+            for seq, name in rows:
+                yield seq, _dec(name)
+            if len(rows) < _CHUNK:
+                return
+            after = rows[-1]
+
+    # -- lifetime
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            finally:
+                _unlock(self._lock_fd)
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------- status
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10.0)
+        conn.execute("PRAGMA user_version").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        # a WAL file left by a killed run may need recovery, which read-only cannot do
+        conn = sqlite3.connect(path, timeout=10.0)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+
+def read_status(dest: Path) -> Status:
+    """The journal's state for `bulkfetch status DEST`; never writes, never waits on a run."""
+    dest = Path(dest)
+    path = dest / STATE_DIR / DB_NAME
+    if not path.is_file():
+        raise NoJournal(f"{dest} has no bulkfetch journal ({path} does not exist)")
+    held, pid = _lock_holder(dest / STATE_DIR / LOCK_NAME)
+    try:
+        conn = _connect_readonly(path)
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, f"cannot be read ({exc})") from None
+    try:
+        if not _check_schema(conn, path):
+            return Status(str(dest), "running" if held else "empty", Totals(), pid=pid)
+        try:
+            totals = _totals(conn.execute(_TOTALS_SQL).fetchone())
+            fp_json, last_error = conn.execute(
+                "SELECT fingerprint, last_error FROM run").fetchone()
+            rows = conn.execute(_FAILURES_SQL, (20,)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise _corrupt(path, f"is damaged ({exc})") from None
+    finally:
+        conn.close()
+    try:
+        fingerprint = json.loads(fp_json)
+    except ValueError:
+        fingerprint = {}
+    state: State
+    if held:
+        state = "running"
+    elif totals.listing_done and totals.pages_done == totals.pages_listed:
+        state = "finished with failures" if totals.files_failed else "finished"
+    elif totals.pages_listed == 0:
+        state = "empty"
+    else:
+        state = "interrupted"
+    failures = tuple(Failure(_dec(n), r, a) for n, r, a in rows)
+    return Status(str(dest), state, totals, fingerprint, pid if held else None, last_error,
+                  failures)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError  # pragma: no cover
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def render_status(status: Status) -> str:
+    t = status.totals
+    state = status.state + (f" (pid {status.pid})" if status.pid else "")
+    lines = [f"{status.dest}: {state}"]
+    if "source" in status.fingerprint:
+        lines.append(f"source: {status.fingerprint['source']}")
+    listing = "complete" if t.listing_done else "not complete"
+    lines.append(f"pages: {t.pages_done:,} of {t.pages_listed:,} listed done (listing {listing})")
+    lines.append(f"files: {t.files_ok:,} ok, {t.files_failed:,} failed, {t.files_listed:,} "
+                 f"listed; {_size(t.bytes)}")
+    lines.append(f"started {_when(t.started_at)}, last update {_when(t.updated_at)}")
+    if status.last_error:
+        lines.append(f"last error: {status.last_error}")
+    if status.failures:
+        lines.append(f"failures (first {len(status.failures)} of {t.files_failed:,}):")
+        lines += [f"  {f.name!r}: {f.reason} ({f.attempts} attempts)" for f in status.failures]
+    hint = {"interrupted": "rerun the same command to resume",
+            "finished with failures": "rerun with --retry-failed to try the failed files again",
+            "empty": "nothing listed yet: rerun the same command to start"}.get(status.state)
+    if hint:
+        lines.append(hint)
+    return "\n".join(lines)

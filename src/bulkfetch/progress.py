@@ -1,0 +1,341 @@
+"""Watching a run: a rich live display on terminals, a plain status line in logs, or nothing.
+
+The engine calls `update(progress)` about ten times a second with cumulative counters. An
+update only stores the snapshot and one rate sample; the rich display renders on its own
+refresh thread (4/s) and the plain display formats a line once per interval.
+
+The counters are the journal's totals: `files_ok` and `bytes` include what earlier runs of the
+same journal did (`resumed_files`, `resumed_bytes`). The displays show this run's files and
+bytes plus "+N from earlier runs", and no rate counts resumed work. The progress bar and the
+ETA count every finished file against `total_files`, which is the whole listing.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol, TextIO
+
+from rich.console import Console, RenderableType
+from rich.filesize import decimal
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from bulkfetch.models import Progress
+
+__all__ = [
+    "Display",
+    "PlainDisplay",
+    "QuietDisplay",
+    "RateWindow",
+    "RichDisplay",
+    "make_display",
+]
+
+WINDOW_S = 5.0  # the "now" rates look back this far
+BAR_WIDTH = 40
+
+
+class Display(Protocol):
+    def start(self) -> None: ...
+    def update(self, progress: Progress) -> None: ...
+    def stop(self) -> None: ...
+
+
+def make_display(*, quiet: bool, stream: TextIO | None = None, force_plain: bool = False,
+                 interval_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> Display:
+    """Rich on a terminal, a plain line every `interval_s` elsewhere, nothing when quiet."""
+    if quiet:
+        return QuietDisplay()
+    out = stream if stream is not None else sys.stderr
+    if force_plain or not _is_terminal(out):
+        return PlainDisplay(out, interval_s=interval_s, clock=clock)
+    return RichDisplay(Console(file=out), clock=clock)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
+        return False
+
+
+class RateWindow:
+    """Rates over the last `window_s` seconds of samples; O(1) amortised per sample.
+
+    A sample closer than `min_gap_s` to the one before the newest replaces the newest, so
+    the window holds at most about 2 * window_s / min_gap_s samples however often it is fed.
+    Safe to read from another thread while one thread adds (deque indexing and append are
+    atomic in CPython).
+    """
+
+    __slots__ = ("_min_gap", "_samples", "_window")
+
+    def __init__(self, window_s: float = WINDOW_S, min_gap_s: float = 0.05) -> None:
+        self._window = window_s
+        self._min_gap = min_gap_s
+        # (time, files done ok+failed, files ok, bytes)
+        self._samples: deque[tuple[float, int, int, int]] = deque()
+
+    def add(self, t: float, done: int, ok: int, nbytes: int) -> None:
+        samples = self._samples
+        if len(samples) > 2 and t - samples[-2][0] < self._min_gap:
+            samples[-1] = (t, done, ok, nbytes)
+        else:
+            samples.append((t, done, ok, nbytes))
+        cutoff = t - self._window
+        # keep the newest sample at or before the cutoff as the window's left edge
+        while len(samples) > 2 and samples[1][0] <= cutoff:
+            samples.popleft()
+
+    def rates(self) -> tuple[float, float, float] | None:
+        """(files done/s, files ok/s, bytes/s) across the window, None before two samples."""
+        samples = self._samples
+        if len(samples) < 2:
+            return None
+        t0, done0, ok0, b0 = samples[0]
+        t1, done1, ok1, b1 = samples[-1]
+        dt = t1 - t0
+        if dt <= 0:
+            return None
+        return (done1 - done0) / dt, (ok1 - ok0) / dt, (b1 - b0) / dt
+
+
+class QuietDisplay:
+    """Prints nothing."""
+
+    def start(self) -> None:
+        pass
+
+    def update(self, progress: Progress) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+# -- figures shared by both displays ------------------------------------------------------
+
+
+def hms(seconds: float) -> str:
+    """00:01:05; hours keep growing past 99."""
+    s = max(int(seconds), 0)
+    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _ok_now(p: Progress) -> int:
+    """Files this run downloaded."""
+    return max(p.files_ok - p.resumed_files, 0)
+
+
+def _bytes_now(p: Progress) -> int:
+    return max(p.bytes - p.resumed_bytes, 0)
+
+
+def _averages(p: Progress) -> tuple[float, float, float]:
+    """(files done/s, files ok/s, bytes/s) over this run."""
+    if p.elapsed_s <= 0:
+        return 0.0, 0.0, 0.0
+    ok = _ok_now(p)
+    return (ok + p.files_failed) / p.elapsed_s, ok / p.elapsed_s, _bytes_now(p) / p.elapsed_s
+
+
+def _finished(p: Progress) -> int:
+    """Files settled either way, earlier runs included (what counts against the total)."""
+    return p.files_ok + p.files_failed
+
+
+def _eta_s(p: Progress, done_per_s: float) -> float | None:
+    """Seconds left, or None without a total or without a rate to go by."""
+    if p.total_files is None:
+        return None
+    left = p.total_files - _finished(p)
+    if left <= 0:
+        return 0.0
+    return left / done_per_s if done_per_s > 0 else None
+
+
+def _go_by(now: tuple[float, float, float] | None,
+           avg: tuple[float, float, float]) -> float:
+    """The files-done rate an ETA is based on: now when it is moving, else the average."""
+    return now[0] if now is not None and now[0] > 0 else avg[0]
+
+
+def _rate(bytes_per_s: float) -> str:
+    return decimal(int(bytes_per_s)) + "/s"
+
+
+# -- plain ----------------------------------------------------------------------------------
+
+
+class PlainDisplay:
+    """One status line every `interval_s` seconds (by `clock`), and a final line at stop()."""
+
+    def __init__(self, stream: TextIO | None = None, *, interval_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self._interval = interval_s
+        self._clock = clock
+        self._window = RateWindow()
+        self._next: float | None = None
+        self._last: Progress | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        self._next = self._clock() + self._interval
+        self._stopped = False
+
+    def update(self, progress: Progress) -> None:
+        t = self._clock()
+        self._last = progress
+        self._window.add(t, progress.files_ok + progress.files_failed, progress.files_ok,
+                         progress.bytes)
+        if self._next is None:  # update() before start(): start now
+            self._next = t + self._interval
+        elif t >= self._next:
+            self._write(self.line(progress))
+            self._next += self._interval
+            if self._next <= t:  # the engine stalled for several intervals: no burst
+                self._next = t + self._interval
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._write(self.line(self._last or Progress(), final=True))
+
+    def line(self, p: Progress, *, final: bool = False) -> str:
+        """The status line for `p` with the current "now" rates (no newline)."""
+        avg = _averages(p)
+        now = None if final else self._window.rates()
+        parts = [f"[{hms(p.elapsed_s)}]"]
+        if final:
+            parts.append("final:")
+        files = f"{_ok_now(p):,} files"
+        extra = []
+        if p.files_failed:
+            extra.append(f"{p.files_failed:,} failed")
+        if p.resumed_files:
+            extra.append(f"+{p.resumed_files:,} from earlier runs")
+        if extra:
+            files += f" ({', '.join(extra)})"
+        parts.append(f"{files} {decimal(_bytes_now(p))} ")
+        if final:
+            parts.append(f"{avg[1]:,.0f} files/s avg  {_rate(avg[2])} avg ")
+        else:
+            now_files = f"{now[1]:,.0f}" if now is not None else "-"
+            now_bytes = _rate(now[2]) if now is not None else "-"
+            parts.append(f"{now_files} files/s now {avg[1]:,.0f} avg  "
+                         f"{now_bytes} now {_rate(avg[2])} avg ")
+        listing = "listing done" if p.listing_done else "listing"
+        parts.append(f"pages {p.pages_listed:,} listed ({listing}) ")
+        if not final:
+            parts.append(f"in flight {p.in_flight:,} ")
+        parts.append(f"retries {p.retries:,}")
+        if not final and p.total_files is not None:
+            eta = _eta_s(p, _go_by(now, avg))
+            parts.append(f" ETA {hms(eta) if eta is not None else '--:--:--'}")
+        return " ".join(parts)
+
+    def _write(self, line: str) -> None:
+        try:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+        except (OSError, ValueError):  # a closed or broken log stream must not stop the run
+            pass
+
+
+# -- rich -----------------------------------------------------------------------------------
+
+
+class RichDisplay:
+    """A few live lines on a terminal: bar, files and bytes, rates, listing and queue."""
+
+    def __init__(self, console: Console | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 refresh_per_second: float = 4.0) -> None:
+        self.console = console if console is not None else Console(stderr=True)
+        self._clock = clock
+        self._window = RateWindow()
+        self._progress = Progress()
+        # No stdout/stderr redirection: worker processes are forked while the display runs,
+        # and a child writing through rich's proxy could block on a lock copied held.
+        self._live = Live(self, console=self.console, refresh_per_second=refresh_per_second,
+                          transient=False, redirect_stdout=False, redirect_stderr=False)
+        self._spinner = Spinner("dots", style="cyan")
+        self._started = False
+
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._live.start()
+
+    def update(self, progress: Progress) -> None:
+        self._progress = progress  # one reference swap: the refresh thread reads a snapshot
+        self._window.add(self._clock(), progress.files_ok + progress.files_failed,
+                         progress.files_ok, progress.bytes)
+
+    def stop(self) -> None:
+        if self._started:
+            self._started = False
+            self._live.stop()  # draws the last state once more and leaves it on screen
+
+    def __rich__(self) -> RenderableType:
+        return self.render()
+
+    def render(self) -> RenderableType:
+        p = self._progress
+        avg = _averages(p)
+        now = self._window.rates()
+
+        head = Table.grid(padding=(0, 2))
+        head.add_column(width=BAR_WIDTH, no_wrap=True)
+        head.add_column(no_wrap=True, overflow="ellipsis")
+        label: RenderableType
+        if p.total_files is not None:
+            total = max(p.total_files, 1)
+            done = min(_finished(p), total) if p.total_files else total
+            eta = _eta_s(p, _go_by(now, avg))
+            label = Text(f"{100 * done / total:.1f}%", style="bold")
+            head.add_row(ProgressBar(total=total, completed=done, width=BAR_WIDTH),
+                         Text.assemble((f"{_finished(p):,}", "bold"),
+                                       f" / {p.total_files:,} files  ",
+                                       ("ETA ", "dim"),
+                                       (hms(eta) if eta is not None else "--:--:--", "bold"),
+                                       ("  elapsed ", "dim"), hms(p.elapsed_s)))
+        else:
+            label = self._spinner
+            head.add_row(ProgressBar(total=None, width=BAR_WIDTH),
+                         Text.assemble((f"{_finished(p):,}", "bold"), " files  ",
+                                       ("total unknown  elapsed ", "dim"), hms(p.elapsed_s)))
+
+        body = Table.grid(padding=(0, 1))
+        body.add_column(justify="right", no_wrap=True, min_width=6)
+        body.add_column(no_wrap=True, overflow="ellipsis")
+        body.add_row(label, head)
+        files = Text.assemble((f"{_ok_now(p):,}", "bold green"), " done · ",
+                              (f"{p.files_failed:,}", "bold red" if p.files_failed else "bold"),
+                              " failed")
+        if p.resumed_files:
+            files.append(f" · +{p.resumed_files:,} from earlier runs", style="cyan")
+        files.append("   ")
+        files.append(decimal(_bytes_now(p)), style="bold")
+        body.add_row(Text("files", style="dim"), files)
+        body.add_row(Text("rate", style="dim"), Text.assemble(
+            (f"{now[1]:,.0f}" if now is not None else "-", "bold"), " files/s now · ",
+            f"{avg[1]:,.0f} avg   ",
+            (_rate(now[2]) if now is not None else "-", "bold"), " now · ",
+            f"{_rate(avg[2])} avg"))
+        listing = (Text("listed", style="green") if p.listing_done
+                   else Text("listing…", style="cyan"))
+        body.add_row(Text("work", style="dim"), Text.assemble(
+            "pages ", (f"{p.pages_listed:,}", "bold"), " ", listing,
+            f" · {p.pages_done:,} done · in flight ", (f"{p.in_flight:,}", "bold"),
+            " · retries ", (f"{p.retries:,}", "bold yellow" if p.retries else "bold")))
+        return body

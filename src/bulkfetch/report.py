@@ -1,0 +1,246 @@
+"""The end of a run: a summary on the terminal and a JSON report on disk.
+
+Names, reasons and errors may come from a hostile server. On the terminal they are shown
+escaped (control, format and surrogate characters as Python escapes, never raw) and cut to a
+sane length; they are always passed to rich as Text, never as markup. In JSON they are kept
+exactly, written with ensure_ascii so lone surrogates and control characters become \\u
+escapes and the file is plain ASCII.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.filesize import decimal
+from rich.table import Table
+from rich.text import Text
+
+from bulkfetch.models import Report
+
+__all__ = [
+    "MAX_REPORT_FAILURES",
+    "SUMMARY_FAILURES",
+    "print_summary",
+    "report_dict",
+    "safe_name",
+    "safe_text",
+    "summary_table",
+    "write_report",
+]
+
+MAX_REPORT_FAILURES = 1000  # failures listed in the JSON report
+SUMMARY_FAILURES = 10  # failures listed on the terminal
+TEXT_LIMIT = 200  # characters of a remote string shown on the terminal
+
+
+def safe_text(value: str, limit: int = TEXT_LIMIT) -> str:
+    """`value` with every non-printable character escaped in place, cut to about `limit`."""
+    cut = value[:limit]
+    if not cut.isprintable():
+        cut = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return cut + _cut_note(value, limit)
+
+
+def safe_name(name: str, limit: int = TEXT_LIMIT) -> str:
+    """A remote name for the terminal: as is when plain, else its Python repr (quoted).
+
+    Names holding a backslash are quoted too, so a name that literally reads `\\x1b` cannot
+    pass for an escaped ESC.
+    """
+    cut = name[:limit]
+    if not cut.isprintable() or "\\" in cut:
+        cut = repr(cut)
+    return cut + _cut_note(name, limit)
+
+
+def _cut_note(value: str, limit: int) -> str:
+    return f"… ({len(value):,} characters)" if len(value) > limit else ""
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    s = int(seconds)
+    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d} ({seconds:,.0f} s)"
+
+
+def _failures_total(report: Report) -> int:
+    return max(report.files_failed, len(report.failures))
+
+
+def _status(report: Report) -> tuple[str, str]:
+    """(one line saying what the exit status means, style)."""
+    code = report.exit_code
+    if code == 0:
+        return "Exit status 0: all files downloaded.", "bold green"
+    if code == 130:
+        return ("Exit status 130: interrupted. Rerun the same command to resume.",
+                "bold yellow")
+    parts = ["Exit status 1:"]
+    if report.error is not None:
+        parts.append(f"the run stopped on an error: {safe_text(report.error)}.")
+    elif not report.listing_complete:
+        parts.append("listing did not finish.")
+    if report.error is not None or not report.listing_complete:
+        parts.append("Rerun the same command to resume.")
+    if report.files_failed:
+        parts.append(f"{report.files_failed:,} files failed; rerun the same command with "
+                     "--retry-failed to try them again.")
+    return " ".join(parts), "bold red"
+
+
+def summary_table(report: Report) -> Table:
+    """The end-of-run summary: outcome, counts, bytes, time and rates."""
+    table = Table(title="bulkfetch summary", show_header=False, box=box.SIMPLE_HEAD,
+                  title_justify="left", title_style="bold")
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(overflow="fold")
+    style = _status(report)[1]
+    outcome = {0: "complete", 130: "interrupted"}.get(report.exit_code, "incomplete")
+    table.add_row("status", Text(f"{outcome} (exit status {report.exit_code})", style=style))
+    table.add_row("source", Text(safe_text(report.source)))
+    table.add_row("destination", Text(safe_text(report.dest)))
+    files = Text.assemble((f"{report.files_ok:,}", "bold green"), " downloaded")
+    if report.resumed_files:
+        files.append(f" ({report.resumed_files:,} of them by earlier runs)", style="cyan")
+    files.append(" · ")
+    files.append(f"{report.files_failed:,}", style="bold red" if report.files_failed else "bold")
+    files.append(" failed")
+    table.add_row("files", files)
+    table.add_row("bytes", Text(f"{decimal(report.bytes)} ({report.bytes:,} bytes)"))
+    table.add_row("duration", Text(_duration(report.duration_s)))
+    table.add_row("rate", Text(f"{report.files_per_s:,.0f} files/s · "
+                               f"{decimal(int(report.bytes_per_s))}/s"
+                               + (" (this run)" if report.resumed_files else "")))
+    table.add_row("pages", Text(f"{report.pages:,} · listing "
+                                + ("complete" if report.listing_complete else "incomplete")))
+    table.add_row("retries", Text(f"{report.retries:,}"))
+    if report.error is not None:
+        table.add_row("error", Text(safe_text(report.error), style="red"))
+    return table
+
+
+def print_summary(report: Report, console: Console) -> None:
+    """The summary table, the first few failures, and what the exit status means."""
+    console.print(summary_table(report))
+    total = _failures_total(report)
+    shown = report.failures[:SUMMARY_FAILURES]
+    if shown:
+        failures = Table(title=f"failures (first {len(shown):,} of {total:,})",
+                         title_justify="left", title_style="bold red", box=box.SIMPLE_HEAD)
+        failures.add_column("name", overflow="fold", ratio=3)
+        failures.add_column("reason", overflow="fold", ratio=2)
+        failures.add_column("attempts", justify="right", no_wrap=True)
+        for f in shown:
+            failures.add_row(Text(safe_name(f.name)), Text(safe_text(f.reason)),
+                             Text(f"{f.attempts:,}"))
+        console.print(failures)
+    if total > len(shown):
+        console.print(Text(f"{total - len(shown):,} more in the report/journal "
+                           "(--report FILE.json lists up to "
+                           f"{MAX_REPORT_FAILURES:,}; DEST/.bulkfetch/journal.sqlite has all).",
+                           style="dim"))
+    message, style = _status(report)
+    console.print(Text(message, style=style))
+
+
+def _finite(x: float, digits: int = 3) -> float | None:
+    return round(x, digits) if math.isfinite(x) else None
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+def _jsonable(value: object) -> object:
+    """Options as plain JSON: str keys, lists for sequences, str() for anything unknown."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def report_dict(report: Report) -> dict[str, object]:
+    """The JSON report: counts, rates, options, outcome and the first 1,000 failures."""
+    from bulkfetch import __version__  # late: the package may re-export this module
+
+    total = _failures_total(report)
+    return {
+        "bulkfetch_version": __version__,
+        "source": report.source,
+        "dest": report.dest,
+        "started": _iso(report.started_at),
+        "finished": _iso(report.finished_at),
+        "exit_code": report.exit_code,
+        "interrupted": report.interrupted,
+        "listing_complete": report.listing_complete,
+        "error": report.error,
+        "files_ok": report.files_ok,
+        "files_failed": report.files_failed,
+        "resumed_files": report.resumed_files,
+        "resumed_bytes": report.resumed_bytes,
+        "bytes": report.bytes,
+        "retries": report.retries,
+        "pages": report.pages,
+        "duration_s": _finite(report.duration_s),
+        "files_per_s": _finite(report.files_per_s, 1),
+        "bytes_per_s": _finite(report.bytes_per_s, 1),
+        "options": _jsonable(report.options),
+        "failures_total": total,
+        "failures_truncated": total > min(len(report.failures), MAX_REPORT_FAILURES),
+        "failures": [{"name": f.name, "reason": f.reason, "attempts": f.attempts}
+                     for f in report.failures[:MAX_REPORT_FAILURES]],
+    }
+
+
+def write_report(report: Report, path: Path) -> None:
+    """Write the JSON report atomically: a temporary file in the same directory, then rename.
+
+    The parent directory must exist. Readers see the old file or the whole new one, never a
+    part; on any error the temporary file is removed and the error raised.
+    """
+    path = Path(path)
+    text = json.dumps(report_dict(report), indent=2, ensure_ascii=True, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp",
+                               dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is not a secret
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename durable where the platform allows (best effort)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
