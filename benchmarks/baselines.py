@@ -1,0 +1,158 @@
+"""Reference loops the benchmarks measure bulkfetch against, each run as its own process:
+
+    python benchmarks/baselines.py pycurl URL FILES      bare libcurl multi loop, 64 handles,
+                                                         bodies kept in memory, status checked
+    python benchmarks/baselines.py create DIR FILES      create and write 100-byte files
+    python benchmarks/baselines.py asyncio URL FILES [DEST]
+                                                         the case study's asyncio design:
+                                                         aiohttp, a semaphore of 64, listing
+                                                         page by page; DEST: one file each
+
+Each prints one JSON line: {"files": done, "bad": failed}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import pycurl
+
+CONCURRENCY = 64
+
+
+def name(index: int, files: int) -> str:
+    return f"f{index:0{max(10, len(str(max(files - 1, 0))))}d}"
+
+
+def bare_pycurl(base: str, files: int) -> dict[str, int]:
+    multi = pycurl.CurlMulti()
+    free = []
+    for _ in range(CONCURRENCY):
+        handle = pycurl.Curl()
+        handle.chunks = []
+        handle.setopt(pycurl.WRITEFUNCTION, handle.chunks.append)
+        handle.setopt(pycurl.NOSIGNAL, 1)
+        free.append(handle)
+    urls = (f"{base}/get/{name(i, files)}" for i in range(files))
+    active = done = bad = 0
+    exhausted = False
+    while True:
+        while free and not exhausted:
+            url = next(urls, None)
+            if url is None:
+                exhausted = True
+                break
+            handle = free.pop()
+            handle.chunks.clear()
+            handle.setopt(pycurl.URL, url)
+            multi.add_handle(handle)
+            active += 1
+        if not active:
+            break
+        while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+            pass
+        while True:
+            queued, succeeded, failed = multi.info_read()
+            for handle in succeeded:
+                body = b"".join(handle.chunks)
+                if handle.getinfo(pycurl.RESPONSE_CODE) == 200 and body:
+                    done += 1
+                else:
+                    bad += 1
+                multi.remove_handle(handle)
+                free.append(handle)
+                active -= 1
+            for handle, _code, _message in failed:
+                bad += 1
+                multi.remove_handle(handle)
+                free.append(handle)
+                active -= 1
+            if not queued:
+                break
+        multi.select(1.0)
+    return {"files": done, "bad": bad}
+
+
+def bare_create(directory: str, files: int) -> dict[str, int]:
+    os.makedirs(directory, exist_ok=True)
+    body = os.urandom(100)
+    for i in range(files):
+        fd = os.open(os.path.join(directory, name(i, files)),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, body)
+        os.close(fd)
+    return {"files": files, "bad": 0}
+
+
+async def case_study_asyncio(base: str, files: int, dest: str | None) -> dict[str, int]:
+    import aiohttp
+
+    semaphore = asyncio.Semaphore(CONCURRENCY)
+    counts = {"files": 0, "bad": 0}
+    if dest:
+        os.makedirs(dest, exist_ok=True)
+
+    async def fetch(session: aiohttp.ClientSession, file_name: str) -> None:
+        async with semaphore:
+            try:
+                async with session.get(f"{base}/get/{file_name}") as response:
+                    body = await response.read()
+                    if response.status != 200:
+                        counts["bad"] += 1
+                        return
+            except aiohttp.ClientError:
+                counts["bad"] += 1
+                return
+        if dest:
+            with open(os.path.join(dest, file_name), "wb") as handle:
+                handle.write(body)
+        counts["files"] += 1
+
+    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        marker: str | None = None
+        pending: set[asyncio.Task[None]] = set()
+        while True:
+            url = f"{base}/list" + (f"?next-marker={marker}" if marker else "")
+            async with session.get(url) as response:
+                page = await response.json(content_type=None)
+            for file_name in page["FileNames"]:
+                pending.add(asyncio.create_task(fetch(session, file_name)))
+            # keep memory bounded like the case study's bounded queue
+            if len(pending) > 10 * CONCURRENCY:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            marker = page.get("NextMarker")
+            if not marker:
+                break
+        if pending:
+            await asyncio.wait(pending)
+    return counts
+
+
+def main(argv: list[str]) -> int:
+    kind = argv[0]
+    if kind == "pycurl":
+        result = bare_pycurl(argv[1], int(argv[2]))
+    elif kind == "create":
+        result = bare_create(argv[1], int(argv[2]))
+    elif kind == "asyncio":
+        dest = argv[3] if len(argv) > 3 else None
+        try:
+            import uvloop
+
+            uvloop.install()
+        except ImportError:
+            pass
+        result = asyncio.run(case_study_asyncio(argv[1], int(argv[2]), dest))
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,212 @@
+"""Speed of `bulkfetch get` in the standard setup of BENCHMARKS.md, side by side with the
+reference loops, in one run:
+
+    python benchmarks/get.py [--files 200000] [--repeat 2] [--export-dir DIR]
+
+nginx serves a static export of the data set, pinned to core 0; every client row runs pinned
+to core 1 with one bulkfetch worker. Rows: a bare pycurl multi loop (bodies in memory), a
+bare loop creating 100-byte files, bulkfetch into the null and directory sinks, and the case
+study's asyncio + aiohttp downloader in memory and writing files. CPU per file is user + sys
+of each row's whole process tree; files/s compares only within this run. With --repeat, rows
+alternate and the table shows each row's median. Checks at the end: the issue's bars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import (
+    Measured,
+    bulkfetch_command,
+    export_for_nginx,
+    fit_open_file_cache,
+    log,
+    pinning,
+    run_measured,
+    start_nginx,
+)
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Row:
+    name: str
+    runs: list[Measured]
+    files: int
+    verified: str
+
+    def median(self, value: str) -> float:
+        return statistics.median(getattr(run, value) for run in self.runs)
+
+    @property
+    def cpu_us(self) -> float:
+        return self.median("cpu_seconds") / self.files * 1e6
+
+    @property
+    def files_per_s(self) -> float:
+        return self.files / self.median("seconds")
+
+    @property
+    def peak_mb(self) -> float:
+        return max(run.peak_rss for run in self.runs) / 2**20
+
+
+def verify_dir(dest: Path, export: Path, files: int, sample: int = 2000) -> str:
+    names = [f"f{i:010d}" for i in range(0, files, max(1, files // sample))]
+    present = sum(1 for p in dest.iterdir() if p.is_file()) if dest.is_dir() else 0
+    wrong = sum(
+        1 for n in names
+        if not (dest / n).is_file() or hashlib.md5((dest / n).read_bytes()).digest()
+        != hashlib.md5((export / "files" / n).read_bytes()).digest()
+    )
+    ok = present == files and wrong == 0
+    return f"{'yes' if ok else 'NO'}: {present:,} files, {len(names)} sampled, {wrong} wrong"
+
+
+def verify_count(measured: Measured, files: int, key: str = "files") -> str:
+    try:
+        counted = int(json.loads(measured.stdout.strip().splitlines()[-1])[key])
+    except (ValueError, IndexError, KeyError):
+        return f"NO: exit {measured.returncode}: {measured.stderr.strip()[-200:]}"
+    return f"{'yes' if counted == files else 'NO'}: {counted:,} counted"
+
+
+def verify_report(report: Path, files: int) -> str:
+    try:
+        data = json.loads(report.read_text())
+    except (OSError, ValueError):
+        return "NO: no report"
+    ok = data.get("files_ok") == files and data.get("exit_code") == 0
+    return f"{'yes' if ok else 'NO'}: report says {data.get('files_ok'):,} ok"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--files", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--export-dir", type=Path, default=None,
+                        help="reuse (or create) the nginx export here")
+    parser.add_argument("--no-asyncio", action="store_true", help="skip the aiohttp rows")
+    args = parser.parse_args(argv)
+    place = pinning()
+    work = Path(tempfile.mkdtemp(prefix="bulkfetch-bench-"))
+    export = args.export_dir or work / "export"
+    config = export / "nginx.conf"
+    marker = export / f".complete-{args.files}"
+    if not marker.exists():
+        shutil.rmtree(export, ignore_errors=True)
+        path, note = export_for_nginx(args.files, export)
+        if path is None:
+            raise SystemExit(note)
+        marker.touch()
+        log(note)
+    conf, note = fit_open_file_cache(str(config), work, 64)
+    if note:
+        log(note)
+    nginx = start_nginx(place.server, conf)
+    base, n = nginx.url, args.files
+    client = place.client
+    bulkfetch = [*client, *bulkfetch_command()]
+    baselines = [*client, sys.executable, str(HERE / "baselines.py")]
+    rows: dict[str, Row] = {}
+    try:
+        for attempt in range(args.repeat):
+            log(f"round {attempt + 1} of {args.repeat}")
+            plan = [
+                ("bare pycurl loop (memory)", [*baselines, "pycurl", base, str(n)], "count"),
+                ("bare create loop (files)", [*baselines, "create", str(work / "c"), str(n)],
+                 "count"),
+                ("bulkfetch null, 1 worker", [*bulkfetch, "get", base, str(work / "dn"),
+                                               "--workers", "1", "--sink", "null", "-q",
+                                               "--report", str(work / "rn.json")], "report"),
+                ("bulkfetch dir, 1 worker", [*bulkfetch, "get", base, str(work / "dd"),
+                                              "--workers", "1", "-q",
+                                              "--report", str(work / "rd.json")], "dir"),
+            ]
+            if not args.no_asyncio:
+                plan += [
+                    ("asyncio+aiohttp (memory)", [*baselines, "asyncio", base, str(n)],
+                     "count"),
+                    ("asyncio+aiohttp (files)", [*baselines, "asyncio", base, str(n),
+                                                 str(work / "da")], "count"),
+                ]
+            for label, command, check in plan:
+                for leftover in ("c", "dn", "dd", "da"):
+                    shutil.rmtree(work / leftover, ignore_errors=True)
+                log(f"  {label} ...")
+                measured = run_measured(command)
+                if check == "count":
+                    verified = verify_count(measured, n)
+                elif check == "report":
+                    verified = verify_report(work / "rn.json", n)
+                else:
+                    verified = verify_dir(work / "dd", export, n)
+                row = rows.setdefault(label, Row(label, [], n, verified))
+                row.runs.append(measured)
+                if not verified.startswith("yes"):
+                    row.verified = verified
+    finally:
+        nginx.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print(table(list(rows.values()), n, place.note, args.repeat))
+    print(checks(rows))
+    return 0
+
+
+def table(rows: list[Row], files: int, placement: str, repeat: int) -> str:
+    bare = next(r for r in rows if r.name.startswith("bare pycurl"))
+    lines = [
+        f"{files:,} files of 100 bytes from nginx (static export); {placement}; "
+        f"median of {repeat} alternating runs",
+        "",
+        "| row | files/s | CPU µs/file | × bare pycurl CPU | × bare files/s | peak RSS MB "
+        "| verified |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.name} | {row.files_per_s:,.0f} | {row.cpu_us:.1f} | "
+            f"{row.cpu_us / bare.cpu_us:.2f} | {row.files_per_s / bare.files_per_s:.2f} | "
+            f"{row.peak_mb:.0f} | {row.verified} |"
+        )
+    return "\n".join(lines)
+
+
+def checks(rows: dict[str, Row]) -> str:
+    bare = rows["bare pycurl loop (memory)"]
+    create = rows["bare create loop (files)"]
+    null = rows["bulkfetch null, 1 worker"]
+    directory = rows["bulkfetch dir, 1 worker"]
+    out = ["", "Bars of the issue:"]
+
+    def bar(text: str, ok: bool) -> None:
+        out.append(f"- [{'x' if ok else ' '}] {text}")
+
+    limit = 1.3 * bare.cpu_us
+    bar(f"null CPU/file {null.cpu_us:.1f} µs <= 1.3 × bare {bare.cpu_us:.1f} = {limit:.1f}",
+        null.cpu_us <= limit)
+    bar(f"null files/s {null.files_per_s:,.0f} >= 0.8 × bare {bare.files_per_s:,.0f}",
+        null.files_per_s >= 0.8 * bare.files_per_s)
+    limit = 1.2 * (bare.cpu_us + create.cpu_us)
+    bar(f"dir CPU/file {directory.cpu_us:.1f} µs <= 1.2 × (bare {bare.cpu_us:.1f} + create "
+        f"{create.cpu_us:.1f}) = {limit:.1f}", directory.cpu_us <= limit)
+    if "asyncio+aiohttp (memory)" in rows:
+        aio, aio_dir = rows["asyncio+aiohttp (memory)"], rows["asyncio+aiohttp (files)"]
+        bar(f"null files/s {null.files_per_s / aio.files_per_s:.1f}× asyncio (>= 5×)",
+            null.files_per_s >= 5 * aio.files_per_s)
+        bar(f"dir files/s {directory.files_per_s / aio_dir.files_per_s:.1f}× asyncio with "
+            "files (>= 3×)", directory.files_per_s >= 3 * aio_dir.files_per_s)
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
