@@ -72,7 +72,7 @@ def pinning() -> Pinning:
     if len(cores) < 2:
         return Pinning([], [], f"not pinned: only core {cores} is available")
     return Pinning([taskset, "-c", str(cores[0])], [taskset, "-c", str(cores[1])],
-                   f"server on core {cores[0]}, wrk on core {cores[1]}")
+                   f"server on core {cores[0]}, client on core {cores[1]}")
 
 
 # -- servers --------------------------------------------------------------------------------

@@ -211,7 +211,7 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="Path of one file; {name} is replaced by the URL-quoted name.")
 @click.option("--restart", is_flag=True, help="Forget DEST's journal and start over.")
 @click.option("--retry-failed", is_flag=True,
-              help="Only re-attempt the files the journal lists as failed.")
+              help="Also re-attempt the files the journal lists as failed (resuming as usual).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display and no summary.")
 @click.option("--plain", is_flag=True, help="Plain status lines even on a terminal.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,

@@ -488,6 +488,14 @@ class Journal:
                 "ORDER BY seq").fetchall()
         return [(seq, None if tok == "" else _dec(tok)) for seq, tok in rows]
 
+    def last_page(self) -> tuple[int, str | None] | None:
+        """(seq, token) of the last journaled page; None before the first."""
+        row = self._one("SELECT seq, token FROM pages ORDER BY seq DESC LIMIT 1")
+        if row is None:
+            return None
+        seq, tok = row
+        return seq, None if tok == "" else _dec(tok)
+
     def resume_point(self) -> tuple[int, str | None, bool]:
         (done,) = self._one("SELECT listing_done FROM run")
         row = self._one("SELECT seq, next_token FROM pages ORDER BY seq DESC LIMIT 1")

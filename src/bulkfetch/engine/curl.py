@@ -71,13 +71,18 @@ def header_value(lines: list[bytes], name: bytes) -> str | None:
     return found
 
 
+def _header_in(block: bytes, lowered: bytes, key: bytes) -> str | None:
+    at = lowered.rfind(key)  # the last one wins, as with repeated headers elsewhere
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = block.find(b"\r\n", start)
+    return block[start : end if end >= 0 else None].strip().decode("latin-1")
+
+
 def validators(lines: list[bytes]) -> tuple[str | None, str | None]:
-    """(ETag, Content-MD5) from raw header lines, in one pass (this runs once per file)."""
-    etag = content_md5 = None
-    for line in lines:
-        first = line[:1]
-        if first in b"Ee" and line[:5].lower() == b"etag:":
-            etag = line[5:].strip().decode("latin-1")
-        elif first in b"Cc" and line[:12].lower() == b"content-md5:":
-            content_md5 = line[12:].strip().decode("latin-1")
-    return etag, content_md5
+    """(ETag, Content-MD5) from raw header lines. This runs once per file: one join and two
+    searches cost a fraction of a per-line loop."""
+    block = b"\r\n" + b"".join(lines)
+    lowered = block.lower()
+    return _header_in(block, lowered, b"\netag:"), _header_in(block, lowered, b"\ncontent-md5:")

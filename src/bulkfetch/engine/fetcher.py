@@ -197,8 +197,14 @@ class Fetcher:
         if announced >= 0 and announced != len(body):
             return f"body of {len(body)} bytes, Content-Length {int(announced)}"
         if self.verify:
-            expected = expected_md5(*validators(lines))
-            if expected is not None and hashlib.md5(body).hexdigest() != expected:
+            etag, content_md5 = validators(lines)
+            if etag is None and content_md5 is None:
+                return None
+            digest = hashlib.md5(body).hexdigest()
+            if content_md5 is None and etag == f'"{digest}"':
+                return None  # the common case: a strong ETag that is the body's MD5
+            expected = expected_md5(etag, content_md5)
+            if expected is not None and digest != expected:
                 return "MD5 of the body does not match the server's ETag/Content-MD5"
         return None
 

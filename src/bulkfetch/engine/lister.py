@@ -34,9 +34,18 @@ class ListingFailed:
 ListerEvent = Listed | ListingFinished | ListingFailed
 
 
+def _digest(items: tuple[str, ...]) -> bytes:
+    """What tells a repeated page (b"" for an empty page, which never counts as a repeat)."""
+    if not items:
+        return b""
+    return hashlib.blake2b("\0".join(items).encode("utf-8", "surrogatepass"),
+                           digest_size=16).digest()
+
+
 class Lister(threading.Thread):
     def __init__(self, source: Source, policy: RetryPolicy, replay: list[tuple[int, str | None]],
-                 start_seq: int, start_token: str | None, list_more: bool, ahead: int) -> None:
+                 start_seq: int, start_token: str | None, list_more: bool, ahead: int,
+                 before: tuple[int, str | None] | None = None) -> None:
         super().__init__(name="bulkfetch-lister", daemon=True)
         self.source = source
         self.policy = policy
@@ -44,6 +53,7 @@ class Lister(threading.Thread):
         self.start_seq = start_seq
         self.start_token = start_token
         self.list_more = list_more
+        self.before = before  # (seq, token) of the page before start_seq, when resuming
         self.out: queue.Queue[ListerEvent] = queue.Queue(maxsize=max(1, ahead))
         self.stopping = threading.Event()
         self.rng = random.Random()
@@ -84,12 +94,18 @@ class Lister(threading.Thread):
             self._put(ListingFinished())
             return
         seq, token, previous = self.start_seq, self.start_token, b""
+        if self.before is not None:
+            # Resuming: list the last journaled page again, so that a next page repeating it
+            # is caught as it was in the run that listed it.
+            page = self._list(*self.before)
+            if page is None:
+                return
+            previous = _digest(page.items)
         while not self.stopping.is_set():
             page = self._list(seq, token)
             if page is None:
                 return
-            digest = hashlib.blake2b("\0".join(page.items).encode("utf-8", "surrogatepass"),
-                                     digest_size=16).digest() if page.items else b""
+            digest = _digest(page.items)
             if digest and digest == previous:
                 self._put(ListingFailed(
                     f"page {seq} repeats page {seq - 1} under a new token: the server's "

@@ -119,13 +119,14 @@ class _Coordinator:
         options, journal = self.options, self.journal
         next_seq, next_token, listing_done = journal.resume_point()
         self.listing_done = listing_done
+        replay, list_more = journal.pending_pages(), not listing_done
         if options.retry_failed:
-            # Re-list only the pages with failures and fetch only their failed names.
-            replay, list_more = journal.failed_pages(), False
+            # Also re-list the done pages with failures and fetch only their failed names.
+            # Unfinished pages and listing resume as usual: ending the run after the retries
+            # alone would journal an incomplete listing as complete.
+            replay = sorted(replay + journal.failed_pages(), key=lambda page: page[0])
             for seq, name in journal.failed_names():
                 self.retry_names.setdefault(seq, set()).add(name)
-        else:
-            replay, list_more = journal.pending_pages(), not listing_done
         context = multiprocessing.get_context("fork")
         tasks, results, stop = context.Queue(), context.Queue(), context.Event()
         workers = [
@@ -136,7 +137,8 @@ class _Coordinator:
         for worker in workers:
             worker.start()
         lister = Lister(self.source, options.retry, replay, next_seq, next_token,
-                        list_more=list_more, ahead=options.limits.max_pages_out)
+                        list_more=list_more, ahead=options.limits.max_pages_out,
+                        before=journal.last_page() if list_more else None)
         started = time.monotonic()
         self.started_at = time.time()
         interrupted = False

@@ -1,0 +1,234 @@
+"""`bulkfetch get` end to end: the real CLI in a subprocess against the reference server over
+loopback. Every file is checked against the synthetic data set's formula (the server's ETag
+is the MD5 of the same body), never against what the client reports."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import bulkfetch.api
+from bulkfetch.models import Progress
+from bulkfetch.server.dataset import SyntheticDataSet
+from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.testing import ReferenceServer
+
+Start = Callable[..., ReferenceServer]
+STATE = ".bulkfetch"
+STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp"}
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def expected_files(files: int, seed: int = 0) -> dict[str, str]:
+    """name -> MD5 of its body, computed from the data set's formula."""
+    ds = SyntheticDataSet(files, 1000, seed, parse_size_spec("100"))
+    return {ds.name(i): hashlib.md5(ds.body(i)).hexdigest() for i in range(files)}
+
+
+def stored_files(dest: Path) -> dict[str, str]:
+    """Relative name -> MD5 of every file under DEST outside DEST/.bulkfetch."""
+    found: dict[str, str] = {}
+    for root, dirs, names in os.walk(dest):
+        rel = Path(root).relative_to(dest)
+        if rel == Path("."):
+            dirs[:] = [d for d in dirs if d != STATE]
+        for name in names:
+            path = Path(root) / name
+            assert not path.is_symlink(), path
+            found[(rel / name).as_posix()] = hashlib.md5(path.read_bytes()).hexdigest()
+    return found
+
+
+def assert_state_clean(dest: Path) -> None:
+    state = dest / STATE
+    assert set(os.listdir(state)) <= STATE_ENTRIES, os.listdir(state)
+    assert os.listdir(state / "tmp") == [], "temporary files left behind"
+
+
+def assert_complete(dest: Path, expected: dict[str, str]) -> None:
+    stored = stored_files(dest)
+    assert set(stored) == set(expected), sorted(set(stored) ^ set(expected))[:10]
+    wrong = [name for name, digest in expected.items() if stored[name] != digest]
+    assert not wrong, f"{len(wrong)} files with wrong content, e.g. {wrong[:5]}"
+    assert_state_clean(dest)
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bulkfetch", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def get(url: str, dest: Path, report: Path, *extra: str,
+        timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], dict]:
+    report.unlink(missing_ok=True)
+    proc = cli("get", url, str(dest), "--workers", "2", "--report", str(report), *extra,
+                     timeout=timeout)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    data = json.loads(report.read_text()) if report.exists() else {}
+    return proc, data
+
+
+# -- 1. 100,000 files through every transient fault ------------------------------------------
+def test_100k_files_through_faults(reference_server: Start, tmp_path: Path) -> None:
+    files = 100_000
+    server = reference_server(
+        "--files", str(files), "--fail-rate", "0.02", "--throttle-rate", "0.01",
+        "--truncate-rate", "0.01", "--corrupt-rate", "0.01", "--reset-rate", "0.01",
+        access_log=True)
+    dest = tmp_path / "dest"
+    proc, report = get(server.url, dest, tmp_path / "r.json", "--quiet", timeout=280)
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["exit_code"] == 0 and report["error"] is None and report["listing_complete"]
+    assert report["files_ok"] == files and report["files_failed"] == 0
+    assert report["failures"] == [] and report["bytes"] == 100 * files
+    assert report["retries"] > 0
+    assert_complete(dest, expected_files(files))
+    # every kind of fault really happened, and each was retried into a good answer
+    rows = [r for r in server.requests() if r.target.startswith("/get/")]
+    faults = Counter(r.fault for r in rows)
+    for kind in ("fail", "throttle", "truncate", "corrupt", "reset"):
+        assert faults[kind] > 100, faults
+    # Each fault costs one retry, except that libcurl itself re-sends a request once when a
+    # reused keep-alive connection is reset before any answer (so not every reset counts).
+    answered = faults["fail"] + faults["throttle"] + faults["truncate"] + faults["corrupt"]
+    assert answered <= report["retries"] <= answered + faults["reset"]
+    good = {r.target for r in rows if r.status == 200 and r.fault == "none"}
+    assert len(good) == files
+
+
+# -- 8. URL lists, sinks, fan-out, verification ------------------------------------------------
+def test_from_file_with_one_bad_line(reference_server: Start, tmp_path: Path) -> None:
+    server = reference_server("--files", "100")
+    expected = expected_files(100)
+    chosen = sorted(expected)[::7]
+    urls = tmp_path / "urls.txt"
+    lines = [f"{server.url}/get/{name}" for name in chosen]
+    lines.insert(3, "ftp://x")
+    urls.write_text("\n".join(lines) + "\n")
+    dest = tmp_path / "dest"
+    report_path = tmp_path / "r.json"
+    proc = cli("get", "--from-file", str(urls), str(dest), "--workers", "2", "--quiet",
+                     "--report", str(report_path))
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(report_path.read_text())
+    assert report["files_ok"] == len(chosen) and report["files_failed"] == 1
+    (failure,) = report["failures"]
+    assert failure["name"] == "ftp://x" and "http" in failure["reason"]
+    # names come from the URL path: DEST/get/<name>
+    assert_complete(dest, {f"get/{name}": expected[name] for name in chosen})
+
+
+def test_null_sink_writes_nothing(reference_server: Start, tmp_path: Path) -> None:
+    files = 2000
+    server = reference_server("--files", str(files))
+    dest = tmp_path / "dest"
+    proc, report = get(server.url, dest, tmp_path / "r.json", "--quiet", "--sink", "null")
+    assert proc.returncode == 0, proc.stderr
+    assert report["files_ok"] == files and report["files_failed"] == 0
+    assert report["bytes"] == 100 * files
+    assert stored_files(dest) == {}
+    assert sorted(os.listdir(dest)) == [STATE]
+    assert_state_clean(dest)
+
+
+def test_fanout_two_levels(reference_server: Start, tmp_path: Path) -> None:
+    files = 1000
+    server = reference_server("--files", str(files))
+    dest = tmp_path / "dest"
+    proc, report = get(server.url, dest, tmp_path / "r.json", "--quiet", "--fanout", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert report["files_ok"] == files
+    expected = {}
+    for name, digest in expected_files(files).items():
+        h = hashlib.md5(name.encode()).hexdigest()
+        expected[f"{h[0:2]}/{h[2:4]}/{name}"] = digest
+    assert_complete(dest, expected)
+    hex2 = set("0123456789abcdef")
+    for path in stored_files(dest):
+        first, second, _ = path.split("/")
+        assert len(first) == len(second) == 2 and set(first + second) <= hex2, path
+
+
+def test_no_verify_stores_corrupt_bodies_that_verification_refuses(
+        reference_server: Start, tmp_path: Path) -> None:
+    files = 200
+    server = reference_server("--files", str(files), "--corrupt-rate", "1")
+    expected = expected_files(files)
+
+    dest = tmp_path / "unverified"
+    proc, report = get(server.url, dest, tmp_path / "r1.json", "--quiet", "--no-verify",
+                       "--retries", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert report["files_ok"] == files and report["retries"] == 0
+    stored = stored_files(dest)
+    assert set(stored) == set(expected)
+    assert all(stored[name] != digest for name, digest in expected.items())  # as sent: wrong
+    assert all(os.path.getsize(dest / name) == 100 for name in expected)
+
+    dest = tmp_path / "verified"
+    proc, report = get(server.url, dest, tmp_path / "r2.json", "--quiet", "--retries", "1")
+    assert proc.returncode == 1, proc.stderr
+    assert report["files_ok"] == 0 and report["files_failed"] == files
+    assert report["retries"] == files
+    assert all("MD5" in f["reason"] and f["attempts"] == 2 for f in report["failures"])
+    assert stored_files(dest) == {}
+    assert_state_clean(dest)
+
+
+# -- 9. usage errors ---------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["missing-dest", "bad-scheme", "dest-is-file", "workers-0",
+                                  "template", "no-url-file"])
+def test_usage_errors(reference_server: Start, tmp_path: Path, case: str) -> None:
+    server = reference_server("--files", "10", access_log=True)
+    dest = tmp_path / "dest"
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory\n")
+    args, named = {
+        "missing-dest": ([server.url], "DEST"),
+        "bad-scheme": (["ftp://x", str(dest)], "ftp://x"),
+        "dest-is-file": ([server.url, str(afile)], str(afile)),
+        "workers-0": ([server.url, str(dest), "--workers", "0"], "--workers"),
+        "template": ([server.url, str(dest), "--get-template", "/files/"], "{name}"),
+        "no-url-file": (["--from-file", str(tmp_path / "nope.txt"), str(dest)], "nope.txt"),
+    }[case]
+    proc = cli("get", *args, "--quiet")
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Error:" in proc.stderr and named in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not dest.exists()
+    assert afile.read_text() == "not a directory\n"
+    assert server.requests() == []
+
+
+# -- 10. the library API -----------------------------------------------------------------------
+def test_library_download_reports_progress(reference_server: Start, tmp_path: Path) -> None:
+    files = 3000
+    server = reference_server("--files", str(files), "--page-size", "250")
+    seen: list[Progress] = []
+    report = bulkfetch.api.download(server.url, tmp_path / "dest", workers=1,
+                                    progress=seen.append)
+    assert report.files_ok == files and report.files_failed == 0 and report.exit_code == 0
+    assert report.listing_complete and report.pages == files // 250
+    assert seen and all(isinstance(p, Progress) for p in seen)
+    oks = [p.files_ok for p in seen]
+    assert oks == sorted(oks), "files_ok went backwards"
+    assert oks[-1] == files and seen[-1].listing_done
+    assert_complete(tmp_path / "dest", expected_files(files))
+
+
+# -- 11. the demo ------------------------------------------------------------------------------
+def test_demo(tmp_path: Path) -> None:
+    dest = tmp_path / "demo"
+    proc = cli("demo", "--files", "3000", str(dest))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "verified 3,000 of 3,000" in proc.stdout + proc.stderr
+    assert_complete(dest, expected_files(3000))

@@ -1,0 +1,18 @@
+"""The public surface is a promise: changing it must be a deliberate act."""
+
+import bulkfetch
+
+
+def test_all_is_pinned() -> None:
+    assert sorted(bulkfetch.__all__) == [
+        "BulkfetchError",
+        "Failure",
+        "Progress",
+        "Report",
+        "UsageError",
+        "__version__",
+        "build_options",
+        "download",
+    ]
+    for name in bulkfetch.__all__:
+        assert hasattr(bulkfetch, name), name
