@@ -104,8 +104,9 @@ class Server:
 
 
 def bulkfetch_command() -> list[str]:
-    found = shutil.which("bulkfetch")
-    return [found] if found else [sys.executable, "-m", "bulkfetch"]
+    """This interpreter, directly: a console-script shim (pyenv's is a bash script) would add
+    its own start-up to every measured row."""
+    return [sys.executable, "-m", "bulkfetch"]
 
 
 def start_reference(prefix: list[str], files: int, processes: int) -> Server:
