@@ -208,7 +208,8 @@ class PlainDisplay:
         if self._stopped:
             return
         self._stopped = True
-        self._write(self.line(self._last or Progress(), final=True))
+        if self._last is not None:  # a run that never started (a usage error) has no line
+            self._write(self.line(self._last, final=True))
 
     def line(self, p: Progress, *, final: bool = False) -> str:
         """The status line for `p` with the current "now" rates (no newline)."""

@@ -141,13 +141,13 @@ def test_resumed_files_are_shown_but_not_in_the_rates() -> None:
     assert line.endswith("ETA 00:00:05")  # 5,000 left of the total, resumed count as done
 
 
-def test_plain_final_line_without_any_update() -> None:
+def test_plain_writes_nothing_when_the_run_never_started() -> None:
+    """A usage error found after start() must not be preceded by a 'final: 0 files' line."""
     out = StringIO()
     display = PlainDisplay(out, clock=FakeClock())
     display.start()
     display.stop()
-    assert out.getvalue() == ("[00:00:00] final: 0 files 0 bytes  0 files/s avg  0 bytes/s avg  "
-                              "pages 0 listed (listing)  retries 0\n")
+    assert out.getvalue() == ""
 
 
 def test_plain_survives_a_closed_stream() -> None:

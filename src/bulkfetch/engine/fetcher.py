@@ -42,12 +42,9 @@ class _PageState:
     failures: list[Failure] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class _Transfer:
-    state: _PageState
-    name: str
-    url: str
-    attempt: int = 1
+# A transfer is a plain tuple (page state, name, url, attempt): building one per file must
+# cost less than a Python-level __init__ call.
+_Transfer = tuple[_PageState, str, str, int]
 
 
 def expected_md5(etag: str | None, content_md5: str | None) -> str | None:
@@ -62,6 +59,15 @@ def expected_md5(etag: str | None, content_md5: str | None) -> str | None:
         tag = etag.strip('"').lower()
         if len(tag) == 32 and _HEX.issuperset(tag):
             return tag
+    return None
+
+
+def _mismatch(head: bytes, digest: str) -> str | None:
+    """Why a body with MD5 `digest` fails the server's stated checksum, or None when the
+    server states none (or one that is not an MD5, such as a multipart S3 ETag)."""
+    expected = expected_md5(*validators([head]))
+    if expected is not None and expected != digest:
+        return "MD5 of the body does not match the server's ETag/Content-MD5"
     return None
 
 
@@ -87,9 +93,11 @@ class Fetcher:
             handle.setopt(pycurl.HEADERFUNCTION, handle.lines.append)
             handle.transfer = None
             self.free.append(handle)
-        self.active: set[pycurl.Curl] = set()
+        self.handles = list(self.free)
+        self.in_flight = 0
+        self.write = sink.write
         self.pending: deque[_Transfer] = deque()
-        self.waiting: list[tuple[float, int, _Transfer]] = []  # retry heap
+        self.waiting: list[tuple[float, int, _Transfer]] = []  # retry heap by due time
         self.order = itertools.count()
         self.finished: list[PageReport] = []
         self.pages_held = 0
@@ -107,9 +115,13 @@ class Fetcher:
     def add_page(self, page: Page) -> None:
         state = _PageState(page, len(page.names))
         self.pages_held += 1
+        resolve, pending = self.source.resolve, self.pending
         for item in page.names:
             try:
-                name, url = self.source.resolve(item)
+                name, url = resolve(item)
+            except UnicodeError:  # e.g. a lone surrogate from \udcff in the JSON
+                self._fail(state, item, "unsafe name: name is not valid UTF-8", 0)
+                continue
             except ValueError as exc:
                 self._fail(state, item, str(exc), 0)
                 continue
@@ -117,7 +129,7 @@ class Fetcher:
             if reason is not None:
                 self._fail(state, name, f"unsafe name: {reason}", 0)
                 continue
-            self.pending.append(_Transfer(state, name, url))
+            pending.append((state, name, url, 1))
         if state.remaining == 0:
             self._page_finished(state)
 
@@ -128,26 +140,27 @@ class Fetcher:
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
                 self.pending.append(heapq.heappop(self.waiting)[2])
-        multi = self.multi
-        while self.free and self.pending:
-            transfer = self.pending.popleft()
-            handle = self.free.pop()
+        multi, free, pending = self.multi, self.free, self.pending
+        while free and pending:
+            transfer = pending.popleft()
+            handle = free.pop()
             handle.transfer = transfer
-            handle.setopt(pycurl.URL, transfer.url)
+            handle.setopt(pycurl.URL, transfer[2])
             multi.add_handle(handle)
-            self.active.add(handle)
-        if self.active:
+            self.in_flight += 1
+        if self.in_flight:
             while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
                 pass
+            completed = self._completed
             while True:
                 queued, succeeded, failed = multi.info_read()
                 for handle in succeeded:
-                    self._completed(handle, None)
+                    completed(handle, None)
                 for handle, code, message in failed:
-                    self._completed(handle, (code, message))
+                    completed(handle, (code, message))
                 if not queued:
                     break
-            if self.active and not self.finished:
+            if self.in_flight and not self.finished:
                 multi.select(timeout)
         elif self.waiting and not self.finished:
             time.sleep(min(timeout, max(0.0, self.waiting[0][0] - time.monotonic())))
@@ -155,8 +168,9 @@ class Fetcher:
         return finished
 
     def _completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
+        """One transfer ended. The success path is written flat: it runs once per file."""
         self.multi.remove_handle(handle)
-        self.active.remove(handle)
+        self.in_flight -= 1
         transfer: _Transfer = handle.transfer
         handle.transfer = None
         chunks, lines = handle.chunks, handle.lines
@@ -164,64 +178,63 @@ class Fetcher:
         if error is not None:
             code, message = error
             retryable, reason = code in RETRYABLE_CURL_ERRORS, f"{message} (curl error {code})"
+        elif handle.getinfo(pycurl.RESPONSE_CODE) == 200:
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
+            if announced >= 0 and announced != len(body):
+                reason = f"body of {len(body)} bytes, Content-Length {int(announced)}"
+            elif not self.verify:
+                reason = None
+            else:
+                head = b"".join(lines)
+                digest = hashlib.md5(body).hexdigest()
+                # The common case costs one search: a strong ETag that is the body's MD5.
+                if (b'ETag: "%s"' % digest.encode()) in head:
+                    reason = None
+                else:
+                    reason = _mismatch(head, digest)
+            chunks.clear()
+            lines.clear()
+            self.free.append(handle)
+            if reason is None:
+                state = transfer[0]
+                try:
+                    self.write(transfer[1], body)
+                except SinkFailure as exc:
+                    self._fail(state, transfer[1], str(exc), transfer[3])
+                    return
+                size = len(body)
+                state.ok += 1
+                state.bytes += size
+                self.files_ok += 1
+                self.bytes += size
+                state.remaining -= 1
+                if state.remaining == 0:
+                    self._page_finished(state)
+                return
+            self._retry_or_fail(transfer, reason, True, None)
+            return
         else:
             status = handle.getinfo(pycurl.RESPONSE_CODE)
-            if status == 200:
-                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                reason = self._verify(handle, body, lines)
-                if reason is None:
-                    chunks.clear()
-                    lines.clear()
-                    self.free.append(handle)
-                    self._store(transfer, body)
-                    return
-                retryable = True
-            else:
-                retryable = retryable_status(status)
-                reason = f"HTTP {status}"
-                if status in (429, 503):
-                    retry_after = retry_after_seconds(header_value(lines, b"retry-after:"))
+            retryable = retryable_status(status)
+            reason = f"HTTP {status}"
+            if status in (429, 503):
+                retry_after = retry_after_seconds(header_value(lines, b"retry-after:"))
         chunks.clear()
         lines.clear()
         self.free.append(handle)
-        if retryable and transfer.attempt <= self.policy.retries:
-            delay = self.policy.delay(transfer.attempt, retry_after, self.rng)
-            transfer.attempt += 1
+        self._retry_or_fail(transfer, reason, retryable, retry_after)
+
+    def _retry_or_fail(self, transfer: _Transfer, reason: str, retryable: bool,
+                       retry_after: float | None) -> None:
+        state, name, url, attempt = transfer
+        if retryable and attempt <= self.policy.retries:
+            delay = self.policy.delay(attempt, retry_after, self.rng)
             self.retries += 1
-            heapq.heappush(self.waiting, (time.monotonic() + delay, next(self.order), transfer))
+            heapq.heappush(self.waiting, (time.monotonic() + delay, next(self.order),
+                                          (state, name, url, attempt + 1)))
         else:
-            self._fail(transfer.state, transfer.name, reason, transfer.attempt)
-
-    def _verify(self, handle: pycurl.Curl, body: bytes, lines: list[bytes]) -> str | None:
-        announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
-        if announced >= 0 and announced != len(body):
-            return f"body of {len(body)} bytes, Content-Length {int(announced)}"
-        if self.verify:
-            etag, content_md5 = validators(lines)
-            if etag is None and content_md5 is None:
-                return None
-            digest = hashlib.md5(body).hexdigest()
-            if content_md5 is None and etag == f'"{digest}"':
-                return None  # the common case: a strong ETag that is the body's MD5
-            expected = expected_md5(etag, content_md5)
-            if expected is not None and digest != expected:
-                return "MD5 of the body does not match the server's ETag/Content-MD5"
-        return None
-
-    def _store(self, transfer: _Transfer, body: bytes) -> None:
-        state = transfer.state
-        try:
-            self.sink.write(transfer.name, body)
-        except SinkFailure as exc:
-            self._fail(state, transfer.name, str(exc), transfer.attempt)
-            return
-        state.ok += 1
-        state.bytes += len(body)
-        self.files_ok += 1
-        self.bytes += len(body)
-        state.remaining -= 1
-        if state.remaining == 0:
-            self._page_finished(state)
+            self._fail(state, name, reason, attempt)
 
     def _fail(self, state: _PageState, name: str, reason: str, attempts: int) -> None:
         state.failures.append(Failure(name, reason, attempts))
@@ -240,18 +253,23 @@ class Fetcher:
     # -- reporting and stopping ----------------------------------------------------------
     def tick(self) -> Tick:
         return Tick(self.worker, self.files_ok, self.files_failed, self.bytes, self.retries,
-                    len(self.active))
+                    self.in_flight)
 
     def abandon(self) -> None:
         """Drop everything in flight; unfinished pages stay not-done in the journal."""
-        for handle in self.active:
-            self.multi.remove_handle(handle)
-        self.active.clear()
+        for handle in self.handles:
+            if handle.transfer is not None:
+                self.multi.remove_handle(handle)
+                handle.transfer = None
+                handle.chunks.clear()
+                handle.lines.clear()
+                self.free.append(handle)
+        self.in_flight = 0
         self.pending.clear()
         self.waiting.clear()
 
     def close(self) -> None:
         self.abandon()
-        for handle in self.free:
+        for handle in self.handles:
             handle.close()
         self.multi.close()

@@ -28,9 +28,6 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
     last_tick = 0.0
     try:
         while True:
-            if stop.is_set() or os.getppid() != parent_pid:
-                fetcher.abandon()
-                break
             while fetcher.wants_pages and not no_more_pages:
                 try:
                     page = tasks.get(timeout=0.05) if fetcher.idle else tasks.get_nowait()
@@ -44,6 +41,10 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
                 results.put(("page", report))
             now = time.monotonic()
             if now - last_tick >= TICK_S:
+                # Checked with the tick, not every loop: the loop runs once per few files.
+                if stop.is_set() or os.getppid() != parent_pid:
+                    fetcher.abandon()
+                    break
                 results.put(("tick", fetcher.tick()))
                 last_tick = now
             if no_more_pages and fetcher.idle:
