@@ -7,73 +7,39 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from getkit import (
+    STATE,
+    assert_complete,
+    assert_state_clean,
+    cli,
+    expected_files,
+    get,
+    stored_files,
+)
 
 import bulkfetch.api
 from bulkfetch.models import Progress
-from bulkfetch.server.dataset import SyntheticDataSet
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
 
 Start = Callable[..., ReferenceServer]
-STATE = ".bulkfetch"
-STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp"}
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def expected_files(files: int, seed: int = 0) -> dict[str, str]:
-    """name -> MD5 of its body, computed from the data set's formula."""
-    ds = SyntheticDataSet(files, 1000, seed, parse_size_spec("100"))
-    return {ds.name(i): hashlib.md5(ds.body(i)).hexdigest() for i in range(files)}
 
 
-def stored_files(dest: Path) -> dict[str, str]:
-    """Relative name -> MD5 of every file under DEST outside DEST/.bulkfetch."""
-    found: dict[str, str] = {}
-    for root, dirs, names in os.walk(dest):
-        rel = Path(root).relative_to(dest)
-        if rel == Path("."):
-            dirs[:] = [d for d in dirs if d != STATE]
-        for name in names:
-            path = Path(root) / name
-            assert not path.is_symlink(), path
-            found[(rel / name).as_posix()] = hashlib.md5(path.read_bytes()).hexdigest()
-    return found
 
 
-def assert_state_clean(dest: Path) -> None:
-    state = dest / STATE
-    assert set(os.listdir(state)) <= STATE_ENTRIES, os.listdir(state)
-    assert os.listdir(state / "tmp") == [], "temporary files left behind"
 
 
-def assert_complete(dest: Path, expected: dict[str, str]) -> None:
-    stored = stored_files(dest)
-    assert set(stored) == set(expected), sorted(set(stored) ^ set(expected))[:10]
-    wrong = [name for name, digest in expected.items() if stored[name] != digest]
-    assert not wrong, f"{len(wrong)} files with wrong content, e.g. {wrong[:5]}"
-    assert_state_clean(dest)
 
 
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bulkfetch", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
-def get(url: str, dest: Path, report: Path, *extra: str,
-        timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], dict]:
-    report.unlink(missing_ok=True)
-    proc = cli("get", url, str(dest), "--workers", "2", "--report", str(report), *extra,
-                     timeout=timeout)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    data = json.loads(report.read_text()) if report.exists() else {}
-    return proc, data
 
 
 # -- 1. 100,000 files through every transient fault ------------------------------------------

@@ -5,41 +5,29 @@ checked against the synthetic data set's formula, never against what the client 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from getkit import STATE, assert_state_clean, expected_files, get, status, status_counts
 
-from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.hostile import (
     COLLISION_NAMES,
     MALFORMED_NAMES,
     TRAVERSAL_NAMES,
     hostile_body,
 )
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
 
 Start = Callable[..., ReferenceServer]
-STATE = ".bulkfetch"
-STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp"}
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def dataset(files: int, nested: bool = False, seed: int = 0) -> SyntheticDataSet:
-    return SyntheticDataSet(files, 1000, seed, parse_size_spec("100"), nested)
 
 
-def expected_files(files: int, nested: bool = False) -> dict[str, str]:
-    """name -> MD5 of its body, computed from the data set's formula."""
-    ds = dataset(files, nested)
-    return {ds.name(i): hashlib.md5(ds.body(i)).hexdigest() for i in range(files)}
 
 
 def md5_of(path: Path) -> str:
@@ -58,10 +46,6 @@ def files_under(dest: Path) -> dict[str, Path]:
     return found
 
 
-def assert_state_clean(dest: Path) -> None:
-    state = dest / STATE
-    assert set(os.listdir(state)) <= STATE_ENTRIES, os.listdir(state)
-    assert os.listdir(state / "tmp") == [], "temporary files left behind"
 
 
 def snapshot(root: Path, *excluded: Path) -> dict[str, tuple[str, int]]:
@@ -80,29 +64,10 @@ def snapshot(root: Path, *excluded: Path) -> dict[str, tuple[str, int]]:
     return seen
 
 
-def get(url: str, dest: Path, report: Path, *extra: str,
-        timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], dict]:
-    report.unlink(missing_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bulkfetch", "get", url, str(dest), "--workers", "2",
-         "--report", str(report), *extra],
-        capture_output=True, text=True, timeout=timeout)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    data = json.loads(report.read_text()) if report.exists() else {}
-    return proc, data
 
 
-def status(dest: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bulkfetch", "status", str(dest)],
-                          capture_output=True, text=True, timeout=60)
 
 
-def status_counts(text: str) -> tuple[int, int, int]:
-    """(ok, failed, listed) from `bulkfetch status` output."""
-    match = re.search(r"files: ([\d,]+) ok, ([\d,]+) failed, ([\d,]+) listed", text)
-    assert match, text
-    ok, failed, listed = (int(g.replace(",", "")) for g in match.groups())
-    return ok, failed, listed
 
 
 def journal_totals(dest: Path) -> dict[str, int]:

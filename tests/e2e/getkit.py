@@ -1,0 +1,88 @@
+"""What the `bulkfetch get` end-to-end tests share: expected content from the data set's
+formula, what DEST holds, and running the real CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from bulkfetch.server.dataset import SyntheticDataSet
+from bulkfetch.server.sizes import parse_size_spec
+
+STATE = ".bulkfetch"
+STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp"}
+
+
+def dataset(files: int, nested: bool = False, seed: int = 0) -> SyntheticDataSet:
+    return SyntheticDataSet(files, 1000, seed, parse_size_spec("100"), nested)
+
+
+def expected_files(files: int, seed: int = 0, nested: bool = False) -> dict[str, str]:
+    """name -> MD5 of its body, computed from the data set's formula."""
+    ds = dataset(files, nested, seed)
+    return {ds.name(i): hashlib.md5(ds.body(i)).hexdigest() for i in range(files)}
+
+
+def stored_files(dest: Path) -> dict[str, str]:
+    """Relative name -> MD5 of every file under DEST outside DEST/.bulkfetch (no symlinks)."""
+    found: dict[str, str] = {}
+    for root, dirs, names in os.walk(dest):
+        rel = Path(root).relative_to(dest)
+        if rel == Path("."):
+            dirs[:] = [d for d in dirs if d != STATE]
+        for name in names:
+            path = Path(root) / name
+            assert not path.is_symlink(), path
+            found[(rel / name).as_posix()] = hashlib.md5(path.read_bytes()).hexdigest()
+    return found
+
+
+def assert_state_clean(dest: Path) -> None:
+    state = dest / STATE
+    assert set(os.listdir(state)) <= STATE_ENTRIES, os.listdir(state)
+    assert os.listdir(state / "tmp") == [], "temporary files left behind"
+
+
+def assert_complete(dest: Path, expected: dict[str, str]) -> None:
+    stored = stored_files(dest)
+    assert set(stored) == set(expected), sorted(set(stored) ^ set(expected))[:10]
+    wrong = [name for name, digest in expected.items() if stored[name] != digest]
+    assert not wrong, f"{len(wrong)} files with wrong content, e.g. {wrong[:5]}"
+    assert_state_clean(dest)
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bulkfetch", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def command(url: str, dest: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bulkfetch", "get", url, str(dest), "--workers", "2", *extra]
+
+
+def get(url: str, dest: Path, report: Path, *extra: str,
+        timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """Run `bulkfetch get` to its end; (the process, the --report JSON or {})."""
+    report.unlink(missing_ok=True)
+    proc = subprocess.run(command(url, dest, "--report", str(report), *extra),
+                          capture_output=True, text=True, timeout=timeout)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    data = json.loads(report.read_text()) if report.exists() else {}
+    return proc, data
+
+
+def status(dest: Path) -> subprocess.CompletedProcess[str]:
+    return cli("status", str(dest), timeout=60)
+
+
+def status_counts(text: str) -> tuple[int, int, int]:
+    """(ok, failed, listed) from `bulkfetch status` output."""
+    match = re.search(r"files: ([\d,]+) ok, ([\d,]+) failed, ([\d,]+) listed", text)
+    assert match, text
+    ok, failed, listed = (int(g.replace(",", "")) for g in match.groups())
+    return ok, failed, listed
