@@ -77,7 +77,12 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
 @click.option("--export-static", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Instead of serving, write the data set as files, pre-rendered list pages "
                    "and an nginx config serving the identical API, then exit.")
-def serve(**flags: object) -> None:
+def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
+          root: str | None, no_total: bool, fail_rate: float, throttle_rate: float,
+          retry_after: int, latency: str | None, truncate_rate: float, corrupt_rate: float,
+          reset_rate: float, stall_rate: float, hostile_names: bool, bad_pages: str | None,
+          host: str, port: int, processes: int | None, access_log: str | None,
+          export_static: str | None) -> None:
     """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME.
 
     The first line on stdout is 'serving http://HOST:PORT ...'. Stop it with Ctrl-C.
@@ -89,46 +94,44 @@ def serve(**flags: object) -> None:
     from bulkfetch.server.runner import serve as run_server
     from bulkfetch.server.sizes import parse_size_spec
 
+    kinds: frozenset[str] = frozenset()
+    if bad_pages is not None:
+        kinds = frozenset(BAD_PAGE_KINDS) if bad_pages == "all" else frozenset(
+            k.strip() for k in bad_pages.split(",") if k.strip())
     try:
-        bad = flags["bad_pages"]
-        kinds = frozenset()
-        if bad is not None:
-            kinds = frozenset(BAD_PAGE_KINDS) if bad == "all" else frozenset(
-                k.strip() for k in str(bad).split(",") if k.strip())
-        latency = parse_latency(str(flags["latency"])) if flags["latency"] else (0.0, 0.0)
         options = ServeOptions(
-            files=int(flags["files"]),  # type: ignore[arg-type]
-            page_size=int(flags["page_size"]),  # type: ignore[arg-type]
-            file_size=parse_size_spec(str(flags["file_size"])),
-            seed=int(flags["seed"]),  # type: ignore[arg-type]
-            nested=bool(flags["nested"]),
-            root=flags["root"],  # type: ignore[arg-type]
-            show_total=not flags["no_total"],
+            files=files,
+            page_size=page_size,
+            file_size=parse_size_spec(file_size),
+            seed=seed,
+            nested=nested,
+            root=root,
+            show_total=not no_total,
             faults=FaultConfig(
-                stall_rate=float(flags["stall_rate"]),  # type: ignore[arg-type]
-                reset_rate=float(flags["reset_rate"]),  # type: ignore[arg-type]
-                fail_rate=float(flags["fail_rate"]),  # type: ignore[arg-type]
-                throttle_rate=float(flags["throttle_rate"]),  # type: ignore[arg-type]
-                truncate_rate=float(flags["truncate_rate"]),  # type: ignore[arg-type]
-                corrupt_rate=float(flags["corrupt_rate"]),  # type: ignore[arg-type]
-                latency_ms=latency,
-                retry_after=int(flags["retry_after"]),  # type: ignore[arg-type]
+                stall_rate=stall_rate,
+                reset_rate=reset_rate,
+                fail_rate=fail_rate,
+                throttle_rate=throttle_rate,
+                truncate_rate=truncate_rate,
+                corrupt_rate=corrupt_rate,
+                latency_ms=parse_latency(latency) if latency else (0.0, 0.0),
+                retry_after=retry_after,
             ),
-            hostile_names=bool(flags["hostile_names"]),
+            hostile_names=hostile_names,
             bad_pages=kinds,
-            host=str(flags["host"]),
-            port=int(flags["port"]),  # type: ignore[arg-type]
-            processes=int(flags["processes"] or os.cpu_count() or 1),  # type: ignore[arg-type]
-            access_log=flags["access_log"],  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            processes=processes or os.cpu_count() or 1,
+            access_log=access_log,
         )
     except UsageError as exc:
         raise _usage(exc) from None
 
-    if flags["export_static"]:
-        from bulkfetch.server.export import export_static
+    if export_static:
+        from bulkfetch.server.export import export_static as write_export
 
         try:
-            export_static(options, str(flags["export_static"]), progress=True)
+            write_export(options, export_static, progress=True)
         except UsageError as exc:
             raise _usage(exc) from None
         return

@@ -61,28 +61,24 @@ def retry_after_seconds(value: str | None) -> float | None:
         return None
 
 
-def header_value(lines: list[bytes], name: bytes) -> str | None:
-    """The last value of header `name` (lower-case, with the colon) in raw header lines."""
-    found = None
-    size = len(name)
-    for line in lines:
-        if line[:size].lower() == name:
-            found = line[size:].strip().decode("latin-1")
-    return found
-
-
-def _header_in(block: bytes, lowered: bytes, key: bytes) -> str | None:
-    at = lowered.rfind(key)  # the last one wins, as with repeated headers elsewhere
-    if at < 0:
-        return None
-    start = at + len(key)
-    end = block.find(b"\r\n", start)
-    return block[start : end if end >= 0 else None].strip().decode("latin-1")
-
-
-def validators(lines: list[bytes]) -> tuple[str | None, str | None]:
-    """(ETag, Content-MD5) from raw header lines. This runs once per file: one join and two
-    searches cost a fraction of a per-line loop."""
+def header_values(lines: list[bytes], *names: bytes) -> tuple[str | None, ...]:
+    """The values of headers `names` (lower-case, without the colon) in raw header lines;
+    the last one wins when a header repeats. One join and a search per name: this runs once
+    per file, where a loop over the lines would cost several times more."""
     block = b"\r\n" + b"".join(lines)
     lowered = block.lower()
-    return _header_in(block, lowered, b"\netag:"), _header_in(block, lowered, b"\ncontent-md5:")
+    found: list[str | None] = []
+    for name in names:
+        key = b"\n" + name + b":"
+        at = lowered.rfind(key)
+        if at < 0:
+            found.append(None)
+            continue
+        start = at + len(key)
+        end = block.find(b"\r\n", start)
+        found.append(block[start : end if end >= 0 else None].strip().decode("latin-1"))
+    return tuple(found)
+
+
+def header_value(lines: list[bytes], name: bytes) -> str | None:
+    return header_values(lines, name)[0]

@@ -20,10 +20,10 @@ from bulkfetch.config import GetOptions
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
     header_value,
+    header_values,
     new_handle,
     retry_after_seconds,
     retryable_status,
-    validators,
 )
 from bulkfetch.models import Failure, Page, PageReport, Tick
 from bulkfetch.names import check_name
@@ -62,10 +62,10 @@ def expected_md5(etag: str | None, content_md5: str | None) -> str | None:
     return None
 
 
-def _mismatch(head: bytes, digest: str) -> str | None:
+def _mismatch(lines: list[bytes], digest: str) -> str | None:
     """Why a body with MD5 `digest` fails the server's stated checksum, or None when the
     server states none (or one that is not an MD5, such as a multipart S3 ETag)."""
-    expected = expected_md5(*validators([head]))
+    expected = expected_md5(*header_values(lines, b"etag", b"content-md5"))
     if expected is not None and expected != digest:
         return "MD5 of the body does not match the server's ETag/Content-MD5"
     return None
@@ -192,7 +192,7 @@ class Fetcher:
                 if (b'ETag: "%s"' % digest.encode()) in head:
                     reason = None
                 else:
-                    reason = _mismatch(head, digest)
+                    reason = _mismatch(lines, digest)
             chunks.clear()
             lines.clear()
             self.free.append(handle)
@@ -219,7 +219,7 @@ class Fetcher:
             retryable = retryable_status(status)
             reason = f"HTTP {status}"
             if status in (429, 503):
-                retry_after = retry_after_seconds(header_value(lines, b"retry-after:"))
+                retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
         chunks.clear()
         lines.clear()
         self.free.append(handle)

@@ -54,9 +54,9 @@ class FileServerSource:
         where = f"listing {redact(url)}"
         status, headers, body = self._get(url, where)
         if status != 200:
-            retry_after = retry_after_seconds(header_value(headers, b"retry-after:"))
+            retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
             raise ListingError(f"{where}: HTTP {status}", retryable_status(status), retry_after)
-        content_type = (header_value(headers, b"content-type:") or "").lower()
+        content_type = (header_value(headers, b"content-type") or "").lower()
         if "html" in content_type:
             raise ListingError(f"{where}: expected JSON but the server sent {content_type}",
                                retryable=False)
@@ -78,7 +78,7 @@ class FileServerSource:
         if following is not None and (not isinstance(following, str) or not following):
             raise ListingError(f"{where}: {next_key!r} is not a non-empty string",
                                retryable=False)
-        total_text = header_value(headers, b"x-total-files:")
+        total_text = header_value(headers, b"x-total-files")
         total = int(total_text) if total_text and total_text.isdigit() else None
         return ListedPage(tuple(names), following, total)
 
