@@ -188,10 +188,17 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="Transfers in flight per worker.")
 @click.option("--per-host", type=click.IntRange(min=0), default=0, show_default=True,
               help="Connections per host per worker (0: only --concurrency limits).")
-@click.option("--sink", type=click.Choice(["dir", "null"]), default="dir", show_default=True,
-              help="dir: DEST/<name>; null: verify and discard (measures the transport).")
+@click.option("--sink", type=click.Choice(["dir", "tar", "null"]), default="dir",
+              show_default=True,
+              help="dir: DEST/<name>; tar: shards DEST/shard-WWW-NNNNNN.tar plus "
+                   "DEST/index.sqlite (read back with ls/cat/extract); null: verify and "
+                   "discard (measures the transport).")
 @click.option("--fanout", type=click.IntRange(0, 4), default=0, show_default=True,
-              help="Levels of hash-prefix directories (ab/cd/<name>) for very large runs.")
+              help="dir: levels of hash-prefix directories (ab/cd/<name>) for very large runs.")
+@click.option("--shard-files", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="tar: start a new shard after this many files (at a page boundary).")
+@click.option("--shard-size", default="1g", show_default=True, metavar="BYTES",
+              help="tar: ... or after this many bytes (k/m/g suffixes).")
 @click.option("--no-verify", is_flag=True, help="Skip the MD5 check against ETag/Content-MD5.")
 @click.option("--retries", type=click.IntRange(min=0), default=8, show_default=True,
               help="Retries per file (and per list page) after the first attempt.")
@@ -238,6 +245,12 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
             raise click.UsageError("give both URL and DEST (or --from-file URLS.txt DEST)")
         source, target = url_or_dest, dest
     flags["verify"] = not flags.pop("no_verify")
+    from bulkfetch.server.sizes import parse_bytes
+
+    try:
+        flags["shard_size"] = parse_bytes(str(flags["shard_size"]))
+    except UsageError as exc:
+        raise _usage(UsageError(f"--shard-size: {exc}")) from None
     try:
         options = build_options(source, target, from_file=from_file is not None,
                                 **flags)  # type: ignore[arg-type]

@@ -77,14 +77,25 @@ class Limits:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    kind: str = "dir"  # "dir" | "null"
-    fanout: int = 0  # levels of hash-prefix directories
+    kind: str = "dir"  # "dir" | "tar" | "null"
+    fanout: int = 0  # dir: levels of hash-prefix directories
+    shard_files: int = 100_000  # tar: a shard takes no new page once it holds this many
+    shard_size: int = 1 << 30  # tar: ... or this many bytes
 
     def __post_init__(self) -> None:
-        if self.kind not in ("dir", "null"):
-            raise UsageError(f"--sink {self.kind!r}: choose dir or null")
+        if self.kind not in ("dir", "tar", "null"):
+            raise UsageError(f"--sink {self.kind!r}: choose dir, tar or null")
         if not 0 <= self.fanout <= 4:
             raise UsageError(f"--fanout must be 0..4, got {self.fanout}")
+        if self.fanout and self.kind != "dir":
+            raise UsageError("--fanout applies to --sink dir only (tar shards hold any "
+                             "number of names)")
+        if self.shard_files < 1 or self.shard_size < 1:
+            raise UsageError("--shard-files and --shard-size must be >= 1")
+
+    def layout(self) -> dict[str, object]:
+        """What decides where a file lands; shard sizes may change between runs."""
+        return {"kind": self.kind, "fanout": self.fanout}
 
 
 @dataclass(frozen=True)
@@ -107,7 +118,7 @@ class GetOptions:
             "source": self.source,
             "from_file": self.from_file,
             "shape": asdict(self.shape),
-            "sink": asdict(self.sink),
+            "sink": self.sink.layout(),
         }
 
     def as_dict(self) -> dict[str, object]:

@@ -529,6 +529,10 @@ class Journal:
             c.executemany(sql, ((_enc(f.name), report.seq, _text(f.reason), f.attempts, now)
                                 for f in report.failures))
 
+    def page_is_done(self, seq: int) -> bool:
+        row = self._one("SELECT status FROM pages WHERE seq = ?", (seq,))
+        return row is not None and row[0] == "done"
+
     def retry_succeeded(self, names: Iterable[str]) -> None:
         """Names that succeeded on a retry pass: out of failures, counted ok on their page."""
         with self._write() as c:

@@ -34,20 +34,6 @@ NAME = re.compile(r"/get/f(\d{10})")
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def read_journal(dest: Path, sql: str) -> list[tuple]:
     """Rows of a query on DEST's journal, opened read-only (safe while a run writes it)."""
     path = dest / STATE / "journal.sqlite"

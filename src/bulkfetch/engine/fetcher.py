@@ -27,7 +27,7 @@ from bulkfetch.engine.curl import (
 )
 from bulkfetch.models import Failure, Page, PageReport, Tick
 from bulkfetch.names import check_name
-from bulkfetch.sinks.base import Sink, SinkFailure
+from bulkfetch.sinks.base import Sink, SinkFailure, Writer
 from bulkfetch.sources.base import Source
 
 _HEX = frozenset("0123456789abcdef")
@@ -37,6 +37,7 @@ _HEX = frozenset("0123456789abcdef")
 class _PageState:
     page: Page
     remaining: int
+    write: Writer
     ok: int = 0
     bytes: int = 0
     failures: list[Failure] = field(default_factory=list)
@@ -95,11 +96,11 @@ class Fetcher:
             self.free.append(handle)
         self.handles = list(self.free)
         self.in_flight = 0
-        self.write = sink.write
         self.pending: deque[_Transfer] = deque()
         self.waiting: list[tuple[float, int, _Transfer]] = []  # retry heap by due time
         self.order = itertools.count()
-        self.finished: list[PageReport] = []
+        self.finished: list[PageReport] = []  # durable page reports, not yet taken
+        self.fetched = 0  # pages whose every file is stored or failed, not yet taken
         self.pages_held = 0
         self.files_ok = self.files_failed = self.bytes = self.retries = 0
 
@@ -113,7 +114,7 @@ class Fetcher:
         return self.pages_held == 0
 
     def add_page(self, page: Page) -> None:
-        state = _PageState(page, len(page.names))
+        state = _PageState(page, len(page.names), self.sink.begin_page(page.seq))
         self.pages_held += 1
         resolve, pending = self.source.resolve, self.pending
         for item in page.names:
@@ -135,7 +136,8 @@ class Fetcher:
 
     # -- the loop ------------------------------------------------------------------------
     def step(self, timeout: float) -> list[PageReport]:
-        """Start what can start, move transfers on, and return the pages finished since."""
+        """Start what can start, move transfers on, and return the page reports that became
+        durable since (see take_fetched() for pages that finished fetching)."""
         if self.waiting:
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
@@ -160,9 +162,9 @@ class Fetcher:
                     completed(handle, (code, message))
                 if not queued:
                     break
-            if self.in_flight and not self.finished:
+            if self.in_flight and not (self.finished or self.fetched):
                 multi.select(timeout)
-        elif self.waiting and not self.finished:
+        elif self.waiting and not (self.finished or self.fetched):
             time.sleep(min(timeout, max(0.0, self.waiting[0][0] - time.monotonic())))
         finished, self.finished = self.finished, []
         return finished
@@ -184,7 +186,7 @@ class Fetcher:
             if announced >= 0 and announced != len(body):
                 reason = f"body of {len(body)} bytes, Content-Length {int(announced)}"
             elif not self.verify:
-                reason = None
+                reason = digest = None
             else:
                 head = b"".join(lines)
                 digest = hashlib.md5(body).hexdigest()
@@ -199,7 +201,7 @@ class Fetcher:
             if reason is None:
                 state = transfer[0]
                 try:
-                    self.write(transfer[1], body)
+                    state.write(transfer[1], body, digest)
                 except SinkFailure as exc:
                     self._fail(state, transfer[1], str(exc), transfer[3])
                     return
@@ -244,11 +246,15 @@ class Fetcher:
             self._page_finished(state)
 
     def _page_finished(self, state: _PageState) -> None:
-        self.sink.commit_page()
         self.pages_held -= 1
-        self.finished.append(
-            PageReport(state.page.seq, state.ok, state.bytes, tuple(state.failures))
-        )
+        self.fetched += 1
+        self.finished += self.sink.end_page(
+            PageReport(state.page.seq, state.ok, state.bytes, tuple(state.failures)))
+
+    def take_fetched(self) -> int:
+        """Pages finished fetching since the last call (durable or not yet)."""
+        fetched, self.fetched = self.fetched, 0
+        return fetched
 
     # -- reporting and stopping ----------------------------------------------------------
     def tick(self) -> Tick:

@@ -11,10 +11,14 @@ from typing import Any
 
 from bulkfetch.config import GetOptions
 from bulkfetch.engine.fetcher import Fetcher
+from bulkfetch.models import PageReport
 from bulkfetch.sinks import SinkFatal, open_sink
 from bulkfetch.sources import make_source
 
 TICK_S = 0.1
+# On a stop, seconds spent finishing the pages already in hand, by sink: a tar shard with an
+# unfinished page must be dropped whole, a directory keeps every file already renamed.
+STOP_GRACE_S = {"tar": 10.0}
 
 
 def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop: Any,
@@ -25,7 +29,17 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
     sink = open_sink(options.sink, Path(options.dest), worker)
     fetcher = Fetcher(options, make_source(options), sink, worker)
     no_more_pages = False
+    stop_by: float | None = None  # when stopping: give up on the pages in hand at this time
     last_tick = 0.0
+    fatal = False
+
+    def send_reports(reports: list[PageReport]) -> None:
+        fetched = fetcher.take_fetched()
+        if fetched:
+            results.put(("fetched", fetched))
+        for report in reports:
+            results.put(("page", report))
+
     try:
         while True:
             while fetcher.wants_pages and not no_more_pages:
@@ -37,22 +51,29 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
                     no_more_pages = True
                 else:
                     fetcher.add_page(page)
-            for report in fetcher.step(0.05):
-                results.put(("page", report))
+            send_reports(fetcher.step(0.05))
             now = time.monotonic()
             if now - last_tick >= TICK_S:
                 # Checked with the tick, not every loop: the loop runs once per few files.
-                if stop.is_set() or os.getppid() != parent_pid:
-                    fetcher.abandon()
-                    break
+                if stop_by is None and (stop.is_set() or os.getppid() != parent_pid):
+                    # Finishing the pages in hand saves a tar shard from being dropped.
+                    stop_by = now + STOP_GRACE_S.get(options.sink.kind, 0.0)
+                    no_more_pages = True
                 results.put(("tick", fetcher.tick()))
                 last_tick = now
+            if stop_by is not None and now >= stop_by:
+                fetcher.abandon()
+                break
             if no_more_pages and fetcher.idle:
                 break
+        send_reports(sink.flush())
     except SinkFatal as exc:
+        fatal = True
         fetcher.abandon()
         results.put(("fatal", str(exc)))
     finally:
+        if fatal:
+            send_reports([])
         results.put(("tick", fetcher.tick()))
         fetcher.close()
         sink.close()

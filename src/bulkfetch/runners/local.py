@@ -11,12 +11,14 @@ import os
 import queue
 import shutil
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bulkfetch import index
 from bulkfetch.config import GetOptions
 from bulkfetch.engine.lister import Listed, Lister, ListingFailed, ListingFinished
 from bulkfetch.engine.worker import worker_main
@@ -59,6 +61,18 @@ def _prepare_dest(dest: Path) -> None:
         raise UsageError(f"DEST {str(dest)!r} exists and is not a directory")
 
 
+def _prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:
+    """Shards and index agree with each other and with the journal before workers start."""
+    try:
+        if restart:
+            index.remove_all(dest)
+        for report in index.recover(dest, journal.page_is_done):
+            journal.page_done(report)
+        index.connect(dest, create=True).close()
+    except (OSError, sqlite3.Error) as exc:
+        raise BulkfetchError(f"cannot prepare the shards in {dest}: {exc}") from None
+
+
 def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Report:
     """Download everything the source lists into options.dest. Resumes from the journal."""
     dest = Path(options.dest)
@@ -69,6 +83,8 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
         tmp = dest / TMP_DIR
         shutil.rmtree(tmp, ignore_errors=True)  # leftovers of a killed run
         tmp.mkdir(parents=True, exist_ok=True)
+        if options.sink.kind == "tar":
+            _prepare_shards(dest, journal, options.restart)
         return _Coordinator(options, source, journal, on_progress).run()
     finally:
         journal.close()
@@ -193,17 +209,19 @@ class _Coordinator:
                 return
             assert isinstance(event, Listed)
             page = event.page
+            # A name listed twice on one page is fetched and counted once: a second copy
+            # would be a second tar member or a pointless overwrite.
+            items = tuple(dict.fromkeys(page.items))
             if not event.replay:
                 try:
                     self.journal.add_page(event.seq, event.token, page.next_token,
-                                          len(page.items))
+                                          len(items))
                 except BulkfetchError as exc:  # a token loop
                     self._fail_run(str(exc))
                     return
                 self.pages_listed += 1
             if page.total is not None and not self.listing_done:
                 self.total_files = page.total
-            items = page.items
             if event.seq in self.retry_names:
                 failed = self.retry_names.pop(event.seq)
                 items = tuple(i for i in items if self._name_of(i) in failed)
@@ -242,7 +260,8 @@ class _Coordinator:
         kind, value = message
         if kind == "page":
             self._page_done(value)
-            self.pages_out -= 1
+        elif kind == "fetched":
+            self.pages_out -= value
         elif kind == "tick":
             self.ticks[value.worker] = value
         elif kind == "fatal":

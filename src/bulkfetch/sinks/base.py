@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
+
+from bulkfetch.models import PageReport
+
+# write(name, body, md5 hex or None when not verified): store one complete, verified body
+# under `name` (already checked by check_name); it appears under its final name only once
+# fully written. Raises SinkFailure (this file) or SinkFatal (the whole run).
+Writer = Callable[[str, bytes, "str | None"], None]
 
 
 class SinkFailure(Exception):
@@ -14,13 +22,18 @@ class SinkFatal(Exception):
 
 
 class Sink(Protocol):
-    def write(self, name: str, body: bytes) -> None:
-        """Store a complete, verified body under `name` (already checked by check_name).
-        The file appears under its final name only once fully written."""
+    def begin_page(self, seq: int) -> Writer:
+        """The writer for the files of page `seq`."""
         ...
 
-    def commit_page(self) -> None:
-        """Everything written so far is durable enough for the journal to mark it done."""
+    def end_page(self, report: PageReport) -> list[PageReport]:
+        """Page `report.seq` has no file left to write. Returns the reports that are now
+        durable enough for the journal to mark done (this one, later, or with others)."""
+        ...
+
+    def flush(self) -> list[PageReport]:
+        """No more pages are coming (end of input, or a stop): make what can be durable so
+        and return the reports it releases. Pages not ended by now are fetched again."""
         ...
 
     def close(self) -> None: ...

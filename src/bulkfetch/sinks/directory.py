@@ -13,8 +13,9 @@ import os
 from collections import OrderedDict
 from pathlib import Path
 
+from bulkfetch.models import PageReport
 from bulkfetch.names import local_parts
-from bulkfetch.sinks.base import SinkFailure, SinkFatal
+from bulkfetch.sinks.base import SinkFailure, SinkFatal, Writer
 
 TMP_DIR = ".bulkfetch/tmp"
 _FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
@@ -80,7 +81,10 @@ class DirectorySink:
             return SinkFailure(f"{where} is a symlink or a file, not a directory")
         return _fatal_or_failure(exc, f"cannot open directory {where}")
 
-    def write(self, name: str, body: bytes) -> None:
+    def begin_page(self, seq: int) -> Writer:
+        return self.write
+
+    def write(self, name: str, body: bytes, md5: str | None = None) -> None:
         parts = local_parts(name, self.fanout)
         parent = self._directory(tuple(parts[:-1]))
         self.counter += 1
@@ -107,9 +111,13 @@ class DirectorySink:
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=self.tmp_fd)
 
-    def commit_page(self) -> None:
-        """Files are renamed into place as they complete; the journal's page mark follows.
+    def end_page(self, report: PageReport) -> list[PageReport]:
+        """Files are renamed into place as they complete, so the page is done at once.
         That survives a killed process; surviving power loss would need an fsync per file."""
+        return [report]
+
+    def flush(self) -> list[PageReport]:
+        return []
 
     def close(self) -> None:
         for fd in self.dirs.values():

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from bulkfetch.models import PageReport
+from bulkfetch.sinks.base import Writer
+
+
+def _discard(name: str, body: bytes, md5: str | None) -> None:
+    pass
+
 
 class NullSink:
-    def write(self, name: str, body: bytes) -> None:
-        pass
+    def begin_page(self, seq: int) -> Writer:
+        return _discard
 
-    def commit_page(self) -> None:
-        pass
+    def end_page(self, report: PageReport) -> list[PageReport]:
+        return [report]
+
+    def flush(self) -> list[PageReport]:
+        return []
 
     def close(self) -> None:
         pass

@@ -1,0 +1,174 @@
+"""The shard index of a tar destination: DEST/index.sqlite.
+
+One row per closed shard and one row per member (name -> shard, data offset, size, MD5).
+Workers add a shard's rows in one transaction when the shard closes; nothing else writes it
+during a run. Readers (`ls`, `cat`, `extract`, open_dataset) use it for random access.
+
+Members are inserted in shard-close order and, within a shard, in offset order, so
+`ORDER BY rowid` reads the shards sequentially. A name is in the index once: a later copy
+(a server listing one name twice) replaces the earlier row, as tar extraction would.
+
+Crash safety (see sinks/tar.py): a shard is written as .tar.part and fsynced, its rows are
+committed here, and only then is it renamed to .tar. `recover()` finishes or undoes whatever
+a killed run left between those steps, and gives back the page reports each indexed shard
+carries, so the journal can mark those pages done even if the run died before it could.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from bulkfetch.models import Failure, PageReport
+
+INDEX_NAME = "index.sqlite"
+SHARD_GLOB = "shard-*.tar*"
+SHARD_RE = re.compile(r"shard-(\d{3,})-(\d{6,})\.tar(\.part)?\Z")
+APPLICATION_ID = 0x62664931  # "bfI1"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 120.0  # another worker may be committing a 100,000-row shard
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS shards (
+    id INTEGER PRIMARY KEY,
+    file TEXT NOT NULL UNIQUE,         -- e.g. shard-000-000001.tar, relative to DEST
+    worker INTEGER NOT NULL,
+    files INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,            -- sum of member sizes
+    size INTEGER NOT NULL,             -- size of the .tar file
+    closed_at REAL NOT NULL,
+    pages TEXT NOT NULL                -- JSON page reports whose files all sit in this shard
+);
+CREATE TABLE IF NOT EXISTS members (
+    name TEXT NOT NULL,
+    shard INTEGER NOT NULL REFERENCES shards(id),
+    offset INTEGER NOT NULL,           -- of the member's data (after its header) in the shard
+    size INTEGER NOT NULL,
+    md5 TEXT NOT NULL                  -- hex
+);
+CREATE UNIQUE INDEX IF NOT EXISTS members_by_name ON members(name);
+"""
+
+
+def shard_file(worker: int, number: int) -> str:
+    return f"shard-{worker:03d}-{number:06d}.tar"
+
+
+def connect(dest: Path, *, create: bool = False) -> sqlite3.Connection:
+    """A connection to DEST/index.sqlite (created with its schema when `create`)."""
+    path = Path(dest) / INDEX_NAME
+    if not create and not path.is_file():
+        raise FileNotFoundError(path)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+    if create:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.executescript(
+            f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA application_id = {APPLICATION_ID};"
+            f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+def add_shard(conn: sqlite3.Connection, file: str, worker: int, size: int,
+              closed_at: float, pages: Sequence[PageReport],
+              members: Sequence[tuple[str, int, int, str]]) -> None:
+    """Record a closed shard and its members (name, offset, size, md5) in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        shard_id = conn.execute(
+            "INSERT INTO shards (file, worker, files, bytes, size, closed_at, pages) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (file, worker, len(members), sum(m[2] for m in members), size, closed_at,
+             _pages_json(pages)),
+        ).lastrowid
+        conn.executemany(
+            "INSERT OR REPLACE INTO members (name, shard, offset, size, md5) "
+            "VALUES (?, ?, ?, ?, ?)",
+            ((name, shard_id, offset, length, md5) for name, offset, length, md5 in members),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _pages_json(pages: Iterable[PageReport]) -> str:
+    return json.dumps([
+        [p.seq, p.ok, p.bytes, [[f.name, f.reason, f.attempts] for f in p.failures]]
+        for p in pages
+    ], ensure_ascii=True)
+
+
+def _pages_from_json(text: str) -> list[PageReport]:
+    return [
+        PageReport(seq, ok, size, tuple(Failure(n, r, a) for n, r, a in failures))
+        for seq, ok, size, failures in json.loads(text)
+    ]
+
+
+def recover(dest: Path, is_done: Callable[[int], bool]) -> list[PageReport]:
+    """Make DEST's shards agree with the index after a killed run, and return the reports
+    of indexed pages that `is_done` (the journal) does not know as done yet.
+
+    - `.tar.part` whose rows were committed: the rename did not happen yet; do it now.
+    - `.tar.part` without rows: the shard never closed; its pages are not done; delete it.
+    - `.tar` without rows (should not happen): not ours to trust; delete it.
+
+    A worker's reports reach the journal in the order its shards closed, so the scan goes
+    from each worker's newest shard back and stops at the first one fully journaled.
+    """
+    dest = Path(dest)
+    indexed: set[str] = set()
+    missing: list[PageReport] = []
+    if (dest / INDEX_NAME).is_file():
+        settled: set[int] = set()
+        with contextlib.closing(connect(dest)) as conn:
+            indexed = {file for (file,) in conn.execute("SELECT file FROM shards")}
+            for worker, pages in conn.execute(
+                    "SELECT worker, pages FROM shards ORDER BY id DESC"):
+                if worker in settled:
+                    continue
+                reports = _pages_from_json(pages)
+                new = [report for report in reports if not is_done(report.seq)]
+                missing += new
+                if reports and not new:
+                    settled.add(worker)
+    for entry in os.scandir(dest):
+        match = SHARD_RE.match(entry.name)
+        if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        final = entry.name.removesuffix(".part")
+        if final in indexed:
+            if match.group(3):
+                os.rename(entry.path, dest / final)
+        else:
+            os.unlink(entry.path)
+    return sorted(missing, key=lambda report: report.seq)
+
+
+def remove_all(dest: Path) -> None:
+    """--restart: forget every shard and the index (they belong to the old run)."""
+    dest = Path(dest)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(dest / f"{INDEX_NAME}{suffix}")
+    if dest.is_dir():
+        for entry in os.scandir(dest):
+            if SHARD_RE.match(entry.name) and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+
+
+def next_shard_number(dest: Path, worker: int) -> int:
+    """The first unused shard number of `worker` in DEST."""
+    highest = 0
+    for entry in os.scandir(dest):
+        match = SHARD_RE.match(entry.name)
+        if match is not None and int(match.group(1)) == worker:
+            highest = max(highest, int(match.group(2)))
+    return highest + 1

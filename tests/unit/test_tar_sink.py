@@ -1,0 +1,232 @@
+"""The tar sink on its own: shard format (read back by tarfile), rolling at page boundaries,
+what a flush keeps and drops, and index.recover() after a killed run."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from bulkfetch import index
+from bulkfetch.models import Failure, PageReport
+from bulkfetch.sinks.tar import TarSink, _pax_records
+
+
+def make_sink(dest: Path, worker: int = 0, shard_files: int = 1000,
+              shard_size: int = 1 << 30) -> TarSink:
+    dest.mkdir(exist_ok=True)
+    index.connect(dest, create=True).close()
+    return TarSink(dest, worker, shard_files, shard_size)
+
+
+def members(dest: Path) -> dict[str, tuple[str, int, int, str]]:
+    with sqlite3.connect(dest / index.INDEX_NAME) as conn:
+        return {name: (file, offset, size, md5) for name, file, offset, size, md5 in
+                conn.execute("SELECT m.name, s.file, m.offset, m.size, m.md5 "
+                             "FROM members m JOIN shards s ON s.id = m.shard")}
+
+
+def read_shard(path: Path) -> list[tuple[str, bytes, int]]:
+    with tarfile.open(path) as tar:
+        return [(m.name, tar.extractfile(m).read(), m.offset_data) for m in tar]
+
+
+def write_page(sink: TarSink, seq: int, files: dict[str, bytes]) -> list[PageReport]:
+    write = sink.begin_page(seq)
+    for name, body in files.items():
+        write(name, body, None)
+    return sink.end_page(PageReport(seq, len(files), sum(map(len, files.values()))))
+
+
+def test_members_read_back_by_tarfile_with_right_offsets_and_md5(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    sink = make_sink(dest)
+    files = {
+        "plain.txt": b"x" * 100,
+        "a/b/c/nested.bin": bytes(range(256)) * 3,
+        "n" * 100: b"exactly one hundred bytes of name",
+        "l" * 99 + "/" + "m" * 150: b"long name needs a PAX header",
+        "caf\u00e9/\u65e5\u672c.txt": b"non-ASCII needs PAX too",
+        "empty": b"",
+        "block": b"b" * 512,
+    }
+    assert write_page(sink, 0, files) == []  # held until the shard closes
+    released = sink.flush()
+    sink.close()
+    assert [r.seq for r in released] == [0]
+    shard = dest / "shard-000-000001.tar"
+    assert sorted(os.listdir(dest)) == [index.INDEX_NAME, shard.name]
+    read = read_shard(shard)
+    assert [(name, data) for name, data, _ in read] == list(files.items())
+    rows = members(dest)
+    assert set(rows) == set(files)
+    for name, data, offset in read:
+        assert rows[name] == (shard.name, offset, len(data), hashlib.md5(data).hexdigest())
+        with open(shard, "rb") as fh:
+            fh.seek(offset)
+            assert fh.read(len(data)) == data
+    assert shard.stat().st_size % 512 == 0
+
+
+def test_given_md5_is_recorded_as_is(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    sink = make_sink(dest)
+    sink.begin_page(0)("f", b"body", "0" * 32)
+    sink.end_page(PageReport(0, 1, 4))
+    sink.flush()
+    sink.close()
+    assert members(dest)["f"][3] == "0" * 32
+
+
+def test_pax_record_length_counts_itself() -> None:
+    for value in ("x", "y" * 5, "z" * 93, "w" * 994):
+        record = _pax_records({"path": value})
+        length, _, rest = record.partition(b" ")
+        assert int(length) == len(record) and rest == f"path={value}\n".encode()
+
+
+def test_a_page_stays_in_one_shard_and_a_full_shard_closes_when_its_pages_end(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    sink = make_sink(dest, shard_files=3)
+    first = sink.begin_page(0)
+    second = sink.begin_page(1)
+    for i in range(3):
+        first(f"p0-{i}", b"0", None)
+    second("p1-0", b"1", None)
+    # shard 1 is full: page 2 starts shard 2 while pages 0 and 1 still write into shard 1
+    third = sink.begin_page(2)
+    third("p2-0", b"2", None)
+    second("p1-1", b"1", None)
+    assert sink.end_page(PageReport(0, 3, 3)) == []
+    assert sink.end_page(PageReport(2, 1, 1)) == []  # shard 2 is the current one
+    released = sink.end_page(PageReport(1, 2, 2))  # the last page of shard 1
+    assert [r.seq for r in released] == [0, 1]
+    assert [n for n, _, _ in read_shard(dest / "shard-000-000001.tar")] == [
+        "p0-0", "p0-1", "p0-2", "p1-0", "p1-1"]
+    assert (dest / "shard-000-000002.tar.part").exists()
+    assert [r.seq for r in sink.flush()] == [2]
+    sink.close()
+    assert [n for n, _, _ in read_shard(dest / "shard-000-000002.tar")] == ["p2-0"]
+    assert len(members(dest)) == 6
+
+
+def test_shard_size_rolls_too(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    sink = make_sink(dest, shard_files=10**6, shard_size=2048)
+    for seq in range(3):
+        write_page(sink, seq, {f"f{seq}": b"x" * 1500})
+    sink.flush()
+    sink.close()
+    assert sorted(p.name for p in dest.glob("shard-*")) == [
+        "shard-000-000001.tar", "shard-000-000002.tar", "shard-000-000003.tar"]
+
+
+def test_page_without_stored_files_is_released_at_once(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    sink = make_sink(dest)
+    sink.begin_page(7)
+    report = PageReport(7, 0, 0, (Failure("bad", "HTTP 404", 1),))
+    assert sink.end_page(report) == [report]
+    assert sink.flush() == []
+    sink.close()
+    assert not list(dest.glob("shard-*"))
+
+
+def test_flush_drops_a_shard_with_an_unfinished_page(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    sink = make_sink(dest)
+    write_page(sink, 0, {"a": b"a"})
+    sink.begin_page(1)("b", b"b", None)  # page 1 never ends (a stop)
+    assert sink.flush() == []
+    sink.close()
+    assert not list(dest.glob("shard-*"))
+    assert members(dest) == {}
+
+
+def test_numbers_continue_after_existing_shards_of_the_same_worker(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    for name in ("shard-003-000004.tar", "shard-001-000009.tar"):
+        (dest / name).parent.mkdir(exist_ok=True)
+        (dest / name).write_bytes(b"")
+    sink = make_sink(dest, worker=3)
+    write_page(sink, 0, {"a": b"a"})
+    sink.flush()
+    sink.close()
+    assert (dest / "shard-003-000005.tar").exists()
+
+
+def test_recover_after_kills_between_each_step(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    conn = index.connect(dest, create=True)
+    # fully done in a previous run
+    (dest / "shard-000-000000.tar").write_bytes(b"old")
+    index.add_shard(conn, "shard-000-000000.tar", 0, 3, 0.0, [PageReport(0, 1, 1)],
+                    [("z", 512, 1, "0" * 32)])
+    # closed and indexed, but killed before the rename
+    (dest / "shard-000-000001.tar.part").write_bytes(b"indexed")
+    index.add_shard(conn, "shard-000-000001.tar", 0, 7, 0.0, [PageReport(1, 1, 1)],
+                    [("a", 512, 1, "0" * 32)])
+    conn.close()
+    (dest / "shard-001-000001.tar.part").write_bytes(b"never closed")
+    (dest / "shard-001-000002.tar").write_bytes(b"renamed but not indexed")
+    (dest / "notes.txt").write_text("not ours")
+    journaled = {0}
+    reports = index.recover(dest, journaled.__contains__)
+    assert [r.seq for r in reports] == [1]
+    assert sorted(os.listdir(dest)) == [
+        index.INDEX_NAME, "notes.txt", "shard-000-000000.tar", "shard-000-000001.tar"]
+    assert (dest / "shard-000-000001.tar").read_bytes() == b"indexed"
+
+
+def test_recover_stops_at_each_workers_newest_journaled_shard(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    conn = index.connect(dest, create=True)
+    for shard, (worker, seq) in enumerate([(0, 1), (1, 2), (0, 3), (1, 4), (0, 5)]):
+        index.add_shard(conn, f"shard-00{worker}-00000{shard}.tar", worker, 0, 0.0,
+                        [PageReport(seq, 1, 1)], [(f"n{seq}", 512, 1, "0" * 32)])
+    conn.close()
+    asked: list[int] = []
+
+    def is_done(seq: int) -> bool:
+        asked.append(seq)
+        return seq in {1, 2, 3, 4}
+
+    assert [r.seq for r in index.recover(dest, is_done)] == [5]
+    assert asked == [5, 4, 3]  # worker 0: 5 (not done), 3 (done: stop); worker 1: 4 (stop)
+
+
+def test_index_keeps_one_row_per_name(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    sink = make_sink(dest, shard_files=1)
+    write_page(sink, 0, {"same": b"first"})
+    write_page(sink, 1, {"same": b"second"})
+    sink.flush()
+    sink.close()
+    rows = members(dest)
+    assert list(rows) == ["same"]
+    assert rows["same"][0] == "shard-000-000002.tar"
+
+
+def test_disk_full_is_fatal(tmp_path: Path) -> None:
+    from bulkfetch.sinks.base import SinkFatal
+
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    dest = tmp_path / "dest"
+    sink = make_sink(dest)
+    write = sink.begin_page(0)
+    shard = sink.current
+    assert shard is not None
+    os.close(shard.fd)
+    shard.fd = os.open("/dev/full", os.O_WRONLY)
+    with pytest.raises(SinkFatal, match="No space left"):
+        for i in range(3000):
+            write(f"f{i}", b"x" * 1000, None)
+    sink.close()
