@@ -5,7 +5,7 @@ reference loops, in one run:
 
 nginx serves a static export of the data set, pinned to core 0; every client row runs pinned
 to core 1 with one bulkfetch worker. Rows: a bare pycurl multi loop (bodies in memory), a
-bare loop creating 100-byte files, bulkfetch into the null and directory sinks, and the case
+bare loop creating 100-byte files, bulkfetch into the null, tar and directory sinks, and the case
 study's asyncio + aiohttp downloader in memory and writing files. CPU per file is user + sys
 of each row's whole process tree; files/s compares only within this run. With --repeat, rows
 alternate and the table shows each row's median. Checks at the end: the issue's bars.
@@ -65,7 +65,7 @@ class Row:
 def settle(work: Path) -> None:
     """Remove the last row's files and let the filesystem finish with them: deleting 200,000
     files leaves ext4 work behind that would slow the next row's file creation tenfold."""
-    for leftover in ("c", "dn", "dd", "da"):
+    for leftover in ("c", "dn", "dt", "dd", "da"):
         shutil.rmtree(work / leftover, ignore_errors=True)
     os.sync()
     time.sleep(2)
@@ -81,6 +81,34 @@ def verify_dir(dest: Path, export: Path, files: int, sample: int = 2000) -> str:
     )
     ok = present == files and wrong == 0
     return f"{'yes' if ok else 'NO'}: {present:,} files, {len(names)} sampled, {wrong} wrong"
+
+
+def verify_tar(dest: Path, export: Path, files: int, sample: int = 2000) -> str:
+    """The index holds every name once; sampled members read back by offset match the
+    export; every shard opens with tarfile and holds as many members as indexed."""
+    import sqlite3
+    import tarfile
+
+    conn = sqlite3.connect(dest / "index.sqlite")
+    try:
+        indexed = conn.execute("SELECT count(*), count(DISTINCT name) FROM members").fetchone()
+        shards = dict(conn.execute("SELECT id, file FROM shards"))
+        picks = conn.execute("SELECT name, shard, offset, size FROM members "
+                             f"WHERE rowid % {max(1, files // sample)} = 0").fetchall()
+    finally:
+        conn.close()
+    wrong = 0
+    for name, shard, offset, size in picks:
+        with open(dest / shards[shard], "rb") as fh:
+            fh.seek(offset)
+            wrong += fh.read(size) != (export / "files" / name).read_bytes()
+    members = 0
+    for file in shards.values():
+        with tarfile.open(dest / file) as tar:
+            members += sum(1 for _ in tar)
+    ok = indexed == (files, files) and members == files and wrong == 0
+    return (f"{'yes' if ok else 'NO'}: {indexed[1]:,} indexed, {members:,} in "
+            f"{len(shards)} shards, {len(picks)} sampled, {wrong} wrong")
 
 
 def verify_count(measured: Measured, files: int, key: str = "files") -> str:
@@ -107,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-dir", type=Path, default=None,
                         help="reuse (or create) the nginx export here")
     parser.add_argument("--no-asyncio", action="store_true", help="skip the aiohttp rows")
+    parser.add_argument("--no-dir", action="store_true", help="skip the directory rows")
     args = parser.parse_args(argv)
     place = pinning()
     work = Path(tempfile.mkdtemp(prefix="bulkfetch-bench-"))
@@ -134,16 +163,21 @@ def main(argv: list[str] | None = None) -> int:
             log(f"round {attempt + 1} of {args.repeat}")
             plan = [
                 ("bare pycurl loop (memory)", [*baselines, "pycurl", base, str(n)], "count"),
-                ("bare create loop (files)", [*baselines, "create", str(work / "c"), str(n)],
-                 "count"),
                 ("bulkfetch null, 1 worker", [*bulkfetch, "get", base, str(work / "dn"),
                                                "--workers", "1", "--sink", "null", "-q",
                                                "--report", str(work / "rn.json")], "report"),
-                ("bulkfetch dir, 1 worker", [*bulkfetch, "get", base, str(work / "dd"),
-                                              "--workers", "1", "-q",
-                                              "--report", str(work / "rd.json")], "dir"),
+                ("bulkfetch tar, 1 worker", [*bulkfetch, "get", base, str(work / "dt"),
+                                              "--workers", "1", "--sink", "tar", "-q",
+                                              "--report", str(work / "rt.json")], "tar"),
             ]
-            if not args.no_asyncio:
+            if not args.no_dir:
+                plan.insert(1, ("bare create loop (files)",
+                                [*baselines, "create", str(work / "c"), str(n)], "count"))
+                plan.append(("bulkfetch dir, 1 worker", [*bulkfetch, "get", base,
+                                                         str(work / "dd"), "--workers", "1",
+                                                         "-q", "--report",
+                                                         str(work / "rd.json")], "dir"))
+            if not args.no_asyncio and not args.no_dir:
                 plan += [
                     ("asyncio+aiohttp (memory)", [*baselines, "asyncio", base, str(n)],
                      "count"),
@@ -158,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
                     verified = verify_count(measured, n)
                 elif check == "report":
                     verified = verify_report(work / "rn.json", n)
+                elif check == "tar":
+                    verified = verify_report(work / "rt.json", n)
+                    if verified.startswith("yes"):
+                        verified = verify_tar(work / "dt", export, n)
                 else:
                     verified = verify_dir(work / "dd", export, n)
                 row = rows.setdefault(label, Row(label, [], n, verified))
@@ -193,10 +231,9 @@ def table(rows: list[Row], files: int, placement: str, repeat: int) -> str:
 
 def checks(rows: dict[str, Row]) -> str:
     bare = rows["bare pycurl loop (memory)"]
-    create = rows["bare create loop (files)"]
     null = rows["bulkfetch null, 1 worker"]
-    directory = rows["bulkfetch dir, 1 worker"]
-    out = ["", "Bars of the issue:"]
+    tar = rows["bulkfetch tar, 1 worker"]
+    out = ["", "Bars of the issues:"]
 
     def bar(text: str, ok: bool) -> None:
         out.append(f"- [{'x' if ok else ' '}] {text}")
@@ -206,6 +243,14 @@ def checks(rows: dict[str, Row]) -> str:
         null.cpu_us <= limit)
     bar(f"null files/s {null.files_per_s:,.0f} >= 0.8 × bare {bare.files_per_s:,.0f}",
         null.files_per_s >= 0.8 * bare.files_per_s)
+    bar(f"tar CPU/file {tar.cpu_us:.1f} µs <= 1.15 × null {null.cpu_us:.1f} = "
+        f"{1.15 * null.cpu_us:.1f} (issue 4)", tar.cpu_us <= 1.15 * null.cpu_us)
+    bar(f"tar files/s {tar.files_per_s:,.0f} >= 0.85 × null {null.files_per_s:,.0f} (issue 4)",
+        tar.files_per_s >= 0.85 * null.files_per_s)
+    if "bulkfetch dir, 1 worker" not in rows:
+        return "\n".join(out)
+    create = rows["bare create loop (files)"]
+    directory = rows["bulkfetch dir, 1 worker"]
     limit = 1.2 * (bare.cpu_us + create.cpu_us)
     bar(f"dir CPU/file {directory.cpu_us:.1f} µs <= 1.2 × (bare {bare.cpu_us:.1f} + create "
         f"{create.cpu_us:.1f}) = {limit:.1f}", directory.cpu_us <= limit)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import click
 
@@ -22,7 +22,31 @@ def _usage(exc: UsageError) -> click.UsageError:
     return click.UsageError(str(exc))
 
 
-@click.group(context_settings=CONTEXT)
+class _LazyGroup(click.Group):
+    """Commands in other modules are imported only when run (or listed by --help), so that
+    `bulkfetch get` does not pay for importing the readers."""
+
+    LAZY: ClassVar[dict[str, str]] = {
+        "ls": "bulkfetch.cli_dataset:ls",
+        "cat": "bulkfetch.cli_dataset:cat",
+        "extract": "bulkfetch.cli_dataset:extract",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.LAZY.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        import importlib
+
+        module, attribute = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attribute)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="bulkfetch")
 def cli() -> None:
     """Download millions to billions of files as fast as the hardware and the server allow."""

@@ -45,3 +45,16 @@ class TokenLoop(BulkfetchError):
         super().__init__(message)
         self.seq = seq  # the page whose token repeats
         self.first_seq = first_seq  # the page that had it first
+
+
+class DataUnreadable(BulkfetchError):
+    """A stored file cannot be read back (its shard is missing, unreadable or too short)."""
+
+    def __init__(self, message: str, *, name: str = "") -> None:
+        super().__init__(message)
+        self.name = name  # the member's name in the data set
+
+
+class DataCorrupt(DataUnreadable):
+    """A stored file's bytes differ from what the index recorded (MD5 or bounds): the shard
+    is damaged on disk, or the index was altered."""

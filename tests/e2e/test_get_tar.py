@@ -10,11 +10,12 @@ import random
 import signal
 import sqlite3
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
 
-from getkit import command, expected_files, get
+from getkit import cli, command, dataset, expected_files, get
 
 from bulkfetch.testing import ReferenceServer
 
@@ -102,6 +103,16 @@ def test_300k_files_into_tar_under_faults_and_three_kills(reference_server, tmp_
     assert 0 < report["resumed_files"] < files
     assert_shards_exactly_once(dest, expected_files(files))
     assert os.listdir(dest / ".bulkfetch" / "tmp") == []
+    # reading back: ls lists every name once; cat returns the very bytes served
+    listed = cli("ls", str(dest))
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(listed.stdout.splitlines()) == sorted(expected_files(files))
+    data = dataset(files)
+    picks = sorted(rng.sample(range(files), 40))
+    shown = subprocess.run([sys.executable, "-m", "bulkfetch", "cat", str(dest),
+                            *(data.name(i) for i in picks)], capture_output=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == b"".join(data.body(i) for i in picks)
 
 
 def test_ctrl_c_closes_the_shard_with_the_pages_in_hand(reference_server, tmp_path):

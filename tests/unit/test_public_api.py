@@ -13,6 +13,7 @@ def test_all_is_pinned() -> None:
         "__version__",
         "build_options",
         "download",
+        "open_dataset",
     ]
     for name in bulkfetch.__all__:
         assert hasattr(bulkfetch, name), name

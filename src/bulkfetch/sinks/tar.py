@@ -76,6 +76,9 @@ class _Shard:
         except OSError as exc:
             raise SinkFatal(f"cannot create {self.part}: {exc.strerror}") from None
         self.before_size, self.after_size, self.constant_sum = _ustar_parts(int(time.time()))
+        self.tail = self.after_size[20:]  # typeflag '0' and everything after it
+        self.sizes: dict[int, tuple[bytes, int]] = {}
+        self.checksums: dict[int, bytes] = {}
         self.buffer: list[bytes] = []
         self.buffered = 0
         self.offset = 0  # bytes written + buffered
@@ -85,29 +88,41 @@ class _Shard:
         self.held: list[PageReport] = []
         self.members: list[tuple[str, int, int, str]] = []
 
-    def _header(self, name: bytes, size: int, typeflag: bytes = b"0") -> bytes:
+    def _sized(self, size: int) -> tuple[bytes, int]:
+        """Header bytes from mode to mtime for this size, and the checksum of every header
+        byte but the name's. Sizes repeat, so this is cached (boundedly)."""
         size_field = b"%011o\0" % size
-        after = self.after_size if typeflag == b"0" else (
-            self.after_size[:20] + typeflag + self.after_size[21:])
-        checksum = self.constant_sum + sum(name) + sum(size_field) + typeflag[0] - 48
-        return b"".join((name.ljust(100, b"\0"), self.before_size, size_field,
-                         after[:12], b"%06o\0 " % checksum, after[20:]))
+        sized = (self.before_size + size_field + self.after_size[:12],
+                 self.constant_sum + sum(size_field))
+        if len(self.sizes) < 4096:
+            self.sizes[size] = sized
+        return sized
+
+    def _checksum(self, value: int) -> bytes:
+        field = self.checksums[value] = b"%06o\0 " % value
+        return field
+
+    def _header(self, name: bytes, size: int, typeflag: bytes = b"0") -> bytes:
+        middle, partial = self.sizes.get(size) or self._sized(size)
+        checksum = partial + sum(name) + typeflag[0] - 48
+        return b"".join((name.ljust(100, b"\0"), middle, b"%06o\0 " % checksum, typeflag,
+                         self.after_size[21:]))
 
     def add(self, name: str, body: bytes, md5: str | None) -> None:
         size = len(body)
         encoded = name.encode("utf-8")
         if len(encoded) <= 100 and size <= _MAX_OCTAL_SIZE and name.isascii():
-            header = self._header(encoded, size)
+            # the common case, written flat: it runs once per file
+            middle, partial = self.sizes.get(size) or self._sized(size)
+            checksum = partial + sum(encoded)
+            header = (encoded.ljust(100, b"\0") + middle
+                      + (self.checksums.get(checksum) or self._checksum(checksum)) + self.tail)
         else:
             header = self._long_header(name, size)
         pad = -size % BLOCK
         data_at = self.offset + len(header)
         self.offset = data_at + size + pad
-        buffer = self.buffer
-        buffer.append(header)
-        buffer.append(body)
-        if pad:
-            buffer.append(_ZEROS[:pad])
+        self.buffer += (header, body, _ZEROS[:pad])
         self.buffered += len(header) + size + pad
         self.files += 1
         self.members.append((name, data_at, size, md5 or hashlib.md5(body).hexdigest()))
