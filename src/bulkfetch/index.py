@@ -59,12 +59,14 @@ def shard_file(worker: int, number: int) -> str:
     return f"shard-{worker:03d}-{number:06d}.tar"
 
 
-def connect(dest: Path, *, create: bool = False) -> sqlite3.Connection:
-    """A connection to DEST/index.sqlite (created with its schema when `create`)."""
+def connect(dest: Path, *, create: bool = False, threads: bool = False) -> sqlite3.Connection:
+    """A connection to DEST/index.sqlite (created with its schema when `create`); with
+    `threads`, usable from a thread other than the one that opened it (one at a time)."""
     path = Path(dest) / INDEX_NAME
     if not create and not path.is_file():
         raise FileNotFoundError(path)
-    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S,
+                           check_same_thread=not threads)
     if create:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.executescript(
@@ -78,19 +80,40 @@ def add_shard(conn: sqlite3.Connection, file: str, worker: int, size: int,
               closed_at: float, pages: Sequence[PageReport],
               members: Sequence[tuple[str, int, int, str]]) -> None:
     """Record a closed shard and its members (name, offset, size, md5) in one transaction."""
+    add_shard_flat(conn, file, worker, size, closed_at, pages,
+                   [field for member in members for field in member])
+
+
+_ROWS_PER_INSERT = 100  # multi-row VALUES: half the CPU of one executemany row at a time
+
+
+def add_shard_flat(conn: sqlite3.Connection, file: str, worker: int, size: int,
+                   closed_at: float, pages: Sequence[PageReport],
+                   flat: list[str | int]) -> None:
+    """add_shard() with the members flattened: [name, offset, size, md5, name, ...], the
+    form the tar sink accumulates them in."""
+    files = len(flat) // 4
     conn.execute("BEGIN IMMEDIATE")
     try:
         shard_id = conn.execute(
             "INSERT INTO shards (file, worker, files, bytes, size, closed_at, pages) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (file, worker, len(members), sum(m[2] for m in members), size, closed_at,
-             _pages_json(pages)),
+            (file, worker, files, sum(flat[2::4]), size, closed_at, _pages_json(pages)),
         ).lastrowid
-        conn.executemany(
-            "INSERT OR REPLACE INTO members (name, shard, offset, size, md5) "
-            "VALUES (?, ?, ?, ?, ?)",
-            ((name, shard_id, offset, length, md5) for name, offset, length, md5 in members),
-        )
+        # shard_id is an integer SQLite just gave us: safe to write into the statement
+        row = f"(?, {int(shard_id)}, ?, ?, ?)"
+
+        def insert(rows: int) -> str:
+            return ("INSERT OR REPLACE INTO members (name, shard, offset, size, md5) VALUES "
+                    + ", ".join([row] * rows))
+
+        step = 4 * _ROWS_PER_INSERT
+        whole = len(flat) // step * step
+        if whole:
+            conn.executemany(insert(_ROWS_PER_INSERT),
+                             (flat[at:at + step] for at in range(0, whole, step)))
+        if whole < len(flat):
+            conn.execute(insert((len(flat) - whole) // 4), flat[whole:])
         conn.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):

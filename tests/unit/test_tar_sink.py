@@ -35,11 +35,19 @@ def read_shard(path: Path) -> list[tuple[str, bytes, int]]:
         return [(m.name, tar.extractfile(m).read(), m.offset_data) for m in tar]
 
 
+def settled(sink: TarSink, released: list[PageReport]) -> list[PageReport]:
+    """`released` plus what the shard closer releases once it has finished its work."""
+    for future in list(sink.closing):
+        future.result(timeout=30)
+    return released + sink.ready()
+
+
 def write_page(sink: TarSink, seq: int, files: dict[str, bytes]) -> list[PageReport]:
     write = sink.begin_page(seq)
     for name, body in files.items():
         write(name, body, None)
-    return sink.end_page(PageReport(seq, len(files), sum(map(len, files.values()))))
+    return settled(sink, sink.end_page(PageReport(seq, len(files),
+                                                  sum(map(len, files.values())))))
 
 
 def test_members_read_back_by_tarfile_with_right_offsets_and_md5(tmp_path: Path) -> None:
@@ -104,7 +112,7 @@ def test_a_page_stays_in_one_shard_and_a_full_shard_closes_when_its_pages_end(
     second("p1-1", b"1", None)
     assert sink.end_page(PageReport(0, 3, 3)) == []
     assert sink.end_page(PageReport(2, 1, 1)) == []  # shard 2 is the current one
-    released = sink.end_page(PageReport(1, 2, 2))  # the last page of shard 1
+    released = settled(sink, sink.end_page(PageReport(1, 2, 2)))  # shard 1's last page
     assert [r.seq for r in released] == [0, 1]
     assert [n for n, _, _ in read_shard(dest / "shard-000-000001.tar")] == [
         "p0-0", "p0-1", "p0-2", "p1-0", "p1-1"]
@@ -229,4 +237,47 @@ def test_disk_full_is_fatal(tmp_path: Path) -> None:
     with pytest.raises(SinkFatal, match="No space left"):
         for i in range(3000):
             write(f"f{i}", b"x" * 1000, None)
+    sink.close()
+
+
+def test_a_full_shard_closes_as_soon_as_its_last_page_ends(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    sink = make_sink(dest, shard_files=2)
+    assert write_page(sink, 0, {"a": b"a"}) == []
+    released = write_page(sink, 1, {"b": b"b", "c": b"c"})  # full, and no page open
+    assert [r.seq for r in released] == [0, 1]
+    assert (dest / "shard-000-000001.tar").exists()
+    assert [r.seq for r in write_page(sink, 2, {"d": b"d", "e": b"e"})] == [2]
+    assert sink.flush() == []
+    sink.close()
+    assert sorted(p.name for p in dest.glob("shard-*")) == [
+        "shard-000-000001.tar", "shard-000-000002.tar"]
+
+
+def test_many_members_are_indexed_in_multi_row_batches(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    sink = make_sink(dest)
+    files = {f"m{i:04d}": bytes([i % 256]) * (i % 700) for i in range(250)}
+    write_page(sink, 0, files)
+    sink.flush()
+    sink.close()
+    rows = members(dest)
+    read = read_shard(dest / "shard-000-000001.tar")
+    assert len(rows) == len(read) == 250
+    for name, data, offset in read:
+        assert files[name] == data
+        assert rows[name] == ("shard-000-000001.tar", offset, len(data),
+                              hashlib.md5(data).hexdigest())
+
+
+def test_a_failure_while_closing_in_the_background_stops_the_run(tmp_path: Path) -> None:
+    from bulkfetch.sinks.base import SinkFatal
+
+    dest = tmp_path / "dest"
+    sink = make_sink(dest)
+    (dest / "shard-000-000001.tar").mkdir()  # the rename into place must fail
+    sink.begin_page(0)("a", b"a", None)
+    sink.end_page(PageReport(0, 1, 1))
+    with pytest.raises(SinkFatal, match="cannot rename"):
+        sink.flush()
     sink.close()

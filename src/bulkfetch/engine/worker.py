@@ -59,6 +59,7 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
                     # Finishing the pages in hand saves a tar shard from being dropped.
                     stop_by = now + STOP_GRACE_S.get(options.sink.kind, 0.0)
                     no_more_pages = True
+                send_reports(sink.ready())
                 results.put(("tick", fetcher.tick()))
                 last_tick = now
             if stop_by is not None and now >= stop_by:

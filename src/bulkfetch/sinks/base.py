@@ -31,6 +31,11 @@ class Sink(Protocol):
         durable enough for the journal to mark done (this one, later, or with others)."""
         ...
 
+    def ready(self) -> list[PageReport]:
+        """Reports that became durable since, without a page ending (tar: a shard closed
+        in the background). May raise SinkFatal for a failure in that background work."""
+        ...
+
     def flush(self) -> list[PageReport]:
         """No more pages are coming (end of input, or a stop): make what can be durable so
         and return the reports it releases. Pages not ended by now are fetched again."""

@@ -116,6 +116,9 @@ class DirectorySink:
         That survives a killed process; surviving power loss would need an fsync per file."""
         return [report]
 
+    def ready(self) -> list[PageReport]:
+        return []
+
     def flush(self) -> list[PageReport]:
         return []
 

@@ -17,6 +17,9 @@ class NullSink:
     def end_page(self, report: PageReport) -> list[PageReport]:
         return [report]
 
+    def ready(self) -> list[PageReport]:
+        return []
+
     def flush(self) -> list[PageReport]:
         return []
 

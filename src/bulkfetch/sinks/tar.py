@@ -21,6 +21,8 @@ import hashlib
 import os
 import sqlite3
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from bulkfetch import index
@@ -86,7 +88,7 @@ class _Shard:
         self.open_pages = 0
         self.full = False
         self.held: list[PageReport] = []
-        self.members: list[tuple[str, int, int, str]] = []
+        self.members: list[str | int] = []  # name, data offset, size, md5, name, ...
 
     def _sized(self, size: int) -> tuple[bytes, int]:
         """Header bytes from mode to mtime for this size, and the checksum of every header
@@ -111,8 +113,8 @@ class _Shard:
     def add(self, name: str, body: bytes, md5: str | None) -> None:
         size = len(body)
         encoded = name.encode("utf-8")
-        if len(encoded) <= 100 and size <= _MAX_OCTAL_SIZE and name.isascii():
-            # the common case, written flat: it runs once per file
+        if len(encoded) == len(name) <= 100 and size <= _MAX_OCTAL_SIZE:
+            # the common case (an ASCII name that fits), written flat: it runs once per file
             middle, partial = self.sizes.get(size) or self._sized(size)
             checksum = partial + sum(encoded)
             header = (encoded.ljust(100, b"\0") + middle
@@ -125,7 +127,7 @@ class _Shard:
         self.buffer += (header, body, _ZEROS[:pad])
         self.buffered += len(header) + size + pad
         self.files += 1
-        self.members.append((name, data_at, size, md5 or hashlib.md5(body).hexdigest()))
+        self.members += (name, data_at, size, md5 or hashlib.md5(body).hexdigest())
         if self.buffered >= _FLUSH_AT:
             self._flush()
 
@@ -165,7 +167,7 @@ class _Shard:
         finally:
             os.close(self.fd)
         try:
-            index.add_shard(conn, self.file, self.worker, self.offset, time.time(), self.held,
+            index.add_shard_flat(conn, self.file, self.worker, self.offset, time.time(), self.held,
                             self.members)
         except sqlite3.Error as exc:
             raise SinkFatal(f"cannot update {index.INDEX_NAME}: {exc}") from None
@@ -200,20 +202,26 @@ class TarSink:
         self.draining: list[_Shard] = []  # full shards waiting for their pages to finish
         self.shard_of: dict[int, _Shard] = {}  # page seq -> its shard
         self.conn: sqlite3.Connection | None = None
+        # Closing a shard (fsync, index rows, rename) takes a second or so of mostly I/O
+        # wait: one thread does it, in order, while the transfers go on.
+        self.closer: ThreadPoolExecutor | None = None
+        self.closing: deque[Future[list[PageReport]]] = deque()
 
     def _connection(self) -> sqlite3.Connection:
         if self.conn is None:
             try:
-                self.conn = index.connect(self.dest)
+                self.conn = index.connect(self.dest, threads=True)
             except (OSError, sqlite3.Error) as exc:
                 raise SinkFatal(f"cannot open {index.INDEX_NAME}: {exc}") from None
         return self.conn
 
+    def _full(self, shard: _Shard) -> bool:
+        return shard.files >= self.shard_files or shard.offset >= self.shard_size
+
     def begin_page(self, seq: int) -> Writer:
         shard = self.current
-        if shard is not None and (shard.files >= self.shard_files
-                                  or shard.offset >= self.shard_size):
-            self.draining.append(shard)
+        if shard is not None and self._full(shard):
+            self.draining.append(shard)  # closes when its last page ends
             shard = None
         if shard is None:
             shard = self.current = _Shard(self.dest_fd, self.worker, self.next_number)
@@ -225,13 +233,35 @@ class TarSink:
     def end_page(self, report: PageReport) -> list[PageReport]:
         shard = self.shard_of.pop(report.seq)
         shard.open_pages -= 1
+        released = []
         if report.ok == 0:
-            return [report]  # nothing of it sits in the shard
-        shard.held.append(report)
-        if shard is not self.current and shard.open_pages == 0:
-            self.draining.remove(shard)
-            return shard.close(self._connection())
-        return []
+            released.append(report)  # nothing of it sits in the shard
+        else:
+            shard.held.append(report)
+        if shard.open_pages == 0 and (shard is not self.current or self._full(shard)):
+            if shard is self.current:
+                self.current = None
+            else:
+                self.draining.remove(shard)
+            released += self._finish(shard)
+        return released
+
+    def _finish(self, shard: _Shard) -> list[PageReport]:
+        if not shard.files:
+            held = list(shard.held)
+            shard.discard()
+            return held
+        if self.closer is None:
+            self.closer = ThreadPoolExecutor(1, thread_name_prefix="bulkfetch-shard-closer")
+        self.closing.append(self.closer.submit(shard.close, self._connection()))
+        return self.ready()
+
+    def ready(self) -> list[PageReport]:
+        """Reports of the shards closed since, in closing order (re-raises a SinkFatal)."""
+        released: list[PageReport] = []
+        while self.closing and self.closing[0].done():
+            released += self.closing.popleft().result()
+        return released
 
     def flush(self) -> list[PageReport]:
         """Close every shard whose pages have all finished (end of input or a stop); drop
@@ -242,18 +272,20 @@ class TarSink:
         for shard in shards:
             if shard.open_pages:
                 shard.discard()
-            elif shard.files:
-                released += shard.close(self._connection())
             else:
-                released += shard.held
-                shard.discard()
+                released += self._finish(shard)
         self.shard_of.clear()
+        while self.closing:
+            released += self.closing.popleft().result()
         return released
 
     def close(self) -> None:
         for shard in self.draining + ([self.current] if self.current is not None else []):
             shard.discard()
         self.draining, self.current = [], None
+        if self.closer is not None:
+            self.closer.shutdown(wait=True)
+            self.closer = None
         if self.conn is not None:
             self.conn.close()
             self.conn = None
