@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Sequence
 
 NAME_MAX = 255  # bytes in one path component (ext4, xfs, btrfs)
 PATH_MAX = 4000  # bytes in the whole relative path, leaving room for DEST itself
@@ -14,15 +15,28 @@ RESERVED = ".bulkfetch"  # bulkfetch's own state lives in DEST/.bulkfetch
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Components of letters, digits, '_', '-' and inner dots: safe everywhere, and URL-safe as is.
 # Almost every real name is plain, so this one regex spares the full check per file.
-_PLAIN = re.compile(
-    r"[A-Za-z0-9_-](?:[A-Za-z0-9_.-]{0,253}[A-Za-z0-9_-])?"
-    r"(?:/[A-Za-z0-9_-](?:[A-Za-z0-9_.-]{0,253}[A-Za-z0-9_-])?)*"
-)
+_COMPONENT = r"[A-Za-z0-9_-](?:[A-Za-z0-9_.-]{0,253}[A-Za-z0-9_-])?"
+_PLAIN_NAME = rf"{_COMPONENT}(?:/{_COMPONENT})*"
+_PLAIN = re.compile(_PLAIN_NAME)
+# A whole page at once: names joined by newlines, once no name is seen to contain one.
+_PLAIN_LINES = re.compile(rf"{_PLAIN_NAME}(?:\n{_PLAIN_NAME})*")
 
 
 def is_plain(name: str) -> bool:
     """True for names that need neither checking beyond length nor URL quoting."""
     return len(name) <= PATH_MAX and _PLAIN.fullmatch(name) is not None
+
+
+def all_plain(names: Sequence[str]) -> bool:
+    """is_plain() of every name, in one regex pass over the page (the common case)."""
+    try:
+        joined = "\n".join(names)
+    except TypeError:  # not all strings: let the per-name path say why
+        return False
+    return (bool(names) and joined.count("\n") == len(names) - 1  # no name holds one
+            and max(map(len, names)) <= PATH_MAX and _PLAIN_LINES.fullmatch(joined) is not None)
+
+
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 

@@ -13,6 +13,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import pycurl
 
@@ -33,7 +34,7 @@ from bulkfetch.sources.base import Source
 _HEX = frozenset("0123456789abcdef")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # compared and hashed by identity
 class _PageState:
     page: Page
     remaining: int
@@ -86,23 +87,28 @@ class Fetcher:
         if options.limits.per_host:
             self.multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, options.limits.per_host)
         self.free: list[pycurl.Curl] = []
+        # Per-handle state lives in dicts keyed by the handle: an attribute on a pycurl
+        # object costs a failed generic lookup (an AttributeError built and dropped) first.
+        self.buffers: dict[pycurl.Curl, tuple[list[bytes], list[bytes]]] = {}
+        self.transfer_of: dict[pycurl.Curl, _Transfer] = {}
         for _ in range(options.limits.concurrency):
             handle = new_handle(options.timeouts)
-            handle.chunks = []
-            handle.lines = []
-            handle.setopt(pycurl.WRITEFUNCTION, handle.chunks.append)
-            handle.setopt(pycurl.HEADERFUNCTION, handle.lines.append)
-            handle.transfer = None
+            chunks: list[bytes] = []
+            lines: list[bytes] = []
+            handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+            handle.setopt(pycurl.HEADERFUNCTION, lines.append)
+            self.buffers[handle] = (chunks, lines)
             self.free.append(handle)
         self.handles = list(self.free)
-        self.in_flight = 0
         self.pending: deque[_Transfer] = deque()
         self.waiting: list[tuple[float, int, _Transfer]] = []  # retry heap by due time
         self.order = itertools.count()
         self.finished: list[PageReport] = []  # durable page reports, not yet taken
         self.fetched = 0  # pages whose every file is stored or failed, not yet taken
         self.pages_held = 0
+        # Totals of finished pages; the pages in hand add theirs at tick time (not per file).
         self.files_ok = self.files_failed = self.bytes = self.retries = 0
+        self.live: set[_PageState] = set()
 
     # -- feeding -------------------------------------------------------------------------
     @property
@@ -116,6 +122,11 @@ class Fetcher:
     def add_page(self, page: Page) -> None:
         state = _PageState(page, len(page.names), self.sink.begin_page(page.seq))
         self.pages_held += 1
+        self.live.add(state)
+        urls = self.source.plain_urls(page.names)
+        if urls is not None:  # every name is plain: no per-name check, tuples built in C
+            self.pending.extend(zip(repeat(state), page.names, urls, repeat(1)))
+            return
         resolve, pending = self.source.resolve, self.pending
         for item in page.names:
             try:
@@ -142,15 +153,14 @@ class Fetcher:
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
                 self.pending.append(heapq.heappop(self.waiting)[2])
-        multi, free, pending = self.multi, self.free, self.pending
+        multi, free, pending, transfer_of = self.multi, self.free, self.pending, self.transfer_of
         while free and pending:
             transfer = pending.popleft()
             handle = free.pop()
-            handle.transfer = transfer
+            transfer_of[handle] = transfer
             handle.setopt(pycurl.URL, transfer[2])
             multi.add_handle(handle)
-            self.in_flight += 1
-        if self.in_flight:
+        if len(free) < len(self.handles):
             while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
                 pass
             completed = self._completed
@@ -162,7 +172,7 @@ class Fetcher:
                     completed(handle, (code, message))
                 if not queued:
                     break
-            if self.in_flight and not (self.finished or self.fetched):
+            if len(free) < len(self.handles) and not (self.finished or self.fetched):
                 multi.select(timeout)
         elif self.waiting and not (self.finished or self.fetched):
             time.sleep(min(timeout, max(0.0, self.waiting[0][0] - time.monotonic())))
@@ -172,29 +182,25 @@ class Fetcher:
     def _completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
         """One transfer ended. The success path is written flat: it runs once per file."""
         self.multi.remove_handle(handle)
-        self.in_flight -= 1
-        transfer: _Transfer = handle.transfer
-        handle.transfer = None
-        chunks, lines = handle.chunks, handle.lines
+        transfer = self.transfer_of[handle]
+        chunks, lines = self.buffers[handle]
         retry_after = None
         if error is not None:
             code, message = error
             retryable, reason = code in RETRYABLE_CURL_ERRORS, f"{message} (curl error {code})"
         elif handle.getinfo(pycurl.RESPONSE_CODE) == 200:
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
-            if announced >= 0 and announced != len(body):
-                reason = f"body of {len(body)} bytes, Content-Length {int(announced)}"
-            elif not self.verify:
-                reason = digest = None
-            else:
-                head = b"".join(lines)
+            digest = None
+            if self.verify:
                 digest = hashlib.md5(body).hexdigest()
-                # The common case costs one search: a strong ETag that is the body's MD5.
-                if (b'ETag: "%s"' % digest.encode()) in head:
+                # The common case costs one search: a strong ETag that is the body's MD5,
+                # which also proves the body whole (no Content-Length check needed).
+                if (b'ETag: "%s"' % digest.encode()) in b"".join(lines):
                     reason = None
                 else:
-                    reason = _mismatch(lines, digest)
+                    reason = self._short(handle, body) or _mismatch(lines, digest)
+            else:
+                reason = self._short(handle, body)
             chunks.clear()
             lines.clear()
             self.free.append(handle)
@@ -208,8 +214,6 @@ class Fetcher:
                 size = len(body)
                 state.ok += 1
                 state.bytes += size
-                self.files_ok += 1
-                self.bytes += size
                 state.remaining -= 1
                 if state.remaining == 0:
                     self._page_finished(state)
@@ -226,6 +230,13 @@ class Fetcher:
         lines.clear()
         self.free.append(handle)
         self._retry_or_fail(transfer, reason, retryable, retry_after)
+
+    @staticmethod
+    def _short(handle: pycurl.Curl, body: bytes) -> str | None:
+        announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
+        if announced >= 0 and announced != len(body):
+            return f"body of {len(body)} bytes, Content-Length {int(announced)}"
+        return None
 
     def _retry_or_fail(self, transfer: _Transfer, reason: str, retryable: bool,
                        retry_after: float | None) -> None:
@@ -246,6 +257,9 @@ class Fetcher:
             self._page_finished(state)
 
     def _page_finished(self, state: _PageState) -> None:
+        self.live.discard(state)
+        self.files_ok += state.ok
+        self.bytes += state.bytes
         self.pages_held -= 1
         self.fetched += 1
         self.finished += self.sink.end_page(
@@ -258,19 +272,24 @@ class Fetcher:
 
     # -- reporting and stopping ----------------------------------------------------------
     def tick(self) -> Tick:
-        return Tick(self.worker, self.files_ok, self.files_failed, self.bytes, self.retries,
-                    self.in_flight)
+        live = self.live
+        return Tick(self.worker, self.files_ok + sum(state.ok for state in live),
+                    self.files_failed, self.bytes + sum(state.bytes for state in live),
+                    self.retries, self.in_flight)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.handles) - len(self.free)
 
     def abandon(self) -> None:
         """Drop everything in flight; unfinished pages stay not-done in the journal."""
+        idle = set(self.free)
         for handle in self.handles:
-            if handle.transfer is not None:
+            if handle not in idle:
                 self.multi.remove_handle(handle)
-                handle.transfer = None
-                handle.chunks.clear()
-                handle.lines.clear()
+                for buffer in self.buffers[handle]:
+                    buffer.clear()
                 self.free.append(handle)
-        self.in_flight = 0
         self.pending.clear()
         self.waiting.clear()
 

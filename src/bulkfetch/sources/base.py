@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,4 +32,9 @@ class Source(Protocol):
 
     def resolve(self, item: str) -> tuple[str, str]:
         """(name, url) of a listed item. Raises ValueError with the reason if unusable."""
+        ...
+
+    def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
+        """The URLs of a page's items when every item is a plain name (safe as a path and
+        in a URL, so name == item), else None: the caller then resolves item by item."""
         ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
 
 import pycurl
@@ -11,7 +12,7 @@ import pycurl
 from bulkfetch.config import SourceShape, Timeouts
 from bulkfetch.engine.curl import header_value, new_handle, retry_after_seconds, retryable_status
 from bulkfetch.errors import UsageError
-from bulkfetch.names import is_plain
+from bulkfetch.names import all_plain, is_plain
 from bulkfetch.sources.base import ListedPage, ListingError
 
 
@@ -35,6 +36,7 @@ class FileServerSource:
         self._handle: pycurl.Curl | None = None
         prefix, _, suffix = shape.get_template.partition("{name}")
         self._get_prefix, self._get_suffix = self.base + prefix, suffix
+        self._url_format = self._get_prefix.replace("%", "%%") + "%s" + suffix.replace("%", "%%")
 
     def describe(self) -> str:
         return redact(self.base)
@@ -48,6 +50,11 @@ class FileServerSource:
     def resolve(self, item: str) -> tuple[str, str]:
         quoted = item if is_plain(item) else quote(item, safe="/")
         return item, self._get_prefix + quoted + self._get_suffix
+
+    def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
+        if not all_plain(items):
+            return None
+        return map(self._url_format.__mod__, items)  # one C call per URL
 
     def list_page(self, token: str | None) -> ListedPage:
         url = self.list_url(token)

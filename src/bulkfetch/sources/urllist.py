@@ -3,6 +3,7 @@ byte offset where it starts, so resuming never re-reads the file from the top.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from urllib.parse import unquote, urlsplit
 
 from bulkfetch.errors import UsageError
@@ -42,6 +43,9 @@ class UrlListSource:
         except OSError as exc:
             raise ListingError(f"reading {self.path}: {exc.strerror}", retryable=False) from None
         return ListedPage(tuple(items), str(following) if more else None)
+
+    def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
+        return None  # every item is a URL to take apart
 
     def resolve(self, item: str) -> tuple[str, str]:
         parts = urlsplit(item)

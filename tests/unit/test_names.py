@@ -1,0 +1,41 @@
+"""Name checks: the one-regex fast paths agree with the full check, page by page."""
+
+from __future__ import annotations
+
+import pytest
+
+from bulkfetch.config import SourceShape, Timeouts
+from bulkfetch.names import PATH_MAX, all_plain, check_name, is_plain
+from bulkfetch.sources.fileserver import FileServerSource
+
+PLAIN = ["f0000000001", "a/b/c.txt", "x-y_z.tar.gz", "A" * 255, "/".join(["d" * 200] * 19)]
+NOT_PLAIN = ["", ".hidden", "a/../b", "../x", "/abs", "a//b", "trailing.", "sp ace", "caf\u00e9",
+             "a\nb", "x/" * 2000 + "y", ".bulkfetch/journal", "a\\b", "~home", "C:x", "a/"]
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_plain_names_pass_every_check(name: str) -> None:
+    assert is_plain(name) and check_name(name) is None and all_plain([name])
+
+
+@pytest.mark.parametrize("name", NOT_PLAIN)
+def test_one_odd_name_makes_the_page_not_plain(name: str) -> None:
+    assert not is_plain(name)
+    assert not all_plain([*PLAIN, name, *PLAIN])
+
+
+def test_page_checks() -> None:
+    assert not all_plain([])
+    assert not all_plain(["a", 3])  # type: ignore[list-item]
+    too_long = "/".join(["p" * 99] * 41)
+    assert len(too_long) > PATH_MAX and not all_plain([too_long])
+    assert check_name(too_long) is not None
+
+
+def test_plain_urls_match_resolve_one_by_one() -> None:
+    source = FileServerSource("http://h:1/base/", SourceShape(get_template="/get/{name}?x=%41"),
+                              Timeouts())
+    names = ["f1", "d/e.txt"]
+    assert list(source.plain_urls(names)) == [source.resolve(n)[1] for n in names] == [
+        "http://h:1/base/get/f1?x=%41", "http://h:1/base/get/d/e.txt?x=%41"]
+    assert source.plain_urls(["ok", "not ok"]) is None
