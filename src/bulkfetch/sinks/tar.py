@@ -21,6 +21,7 @@ import hashlib
 import os
 import sqlite3
 import time
+import zlib
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +35,7 @@ _ZEROS = bytes(BLOCK)
 _END = bytes(2 * BLOCK)  # end-of-archive marker
 _FLUSH_AT = 1 << 20  # bytes buffered before a write(2)
 _MAX_OCTAL_SIZE = 8**11 - 1  # the ustar size field's limit; larger sizes go in PAX
+_adler32 = zlib.adler32
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 def _ustar_parts(mtime: int) -> tuple[bytes, bytes, int]:
@@ -82,9 +84,8 @@ class _Shard:
         self.sizes: dict[int, tuple[bytes, int]] = {}
         self.checksums: dict[int, bytes] = {}
         self.buffer: list[bytes] = []
-        self.buffered = 0
         self.offset = 0  # bytes written + buffered
-        self.files = 0
+        self.flushed = 0  # bytes written
         self.open_pages = 0
         self.full = False
         self.held: list[PageReport] = []
@@ -110,25 +111,30 @@ class _Shard:
         return b"".join((name.ljust(100, b"\0"), middle, b"%06o\0 " % checksum, typeflag,
                          self.after_size[21:]))
 
+    @property
+    def files(self) -> int:
+        return len(self.members) // 4
+
     def add(self, name: str, body: bytes, md5: str | None) -> None:
         size = len(body)
         encoded = name.encode("utf-8")
         if len(encoded) == len(name) <= 100 and size <= _MAX_OCTAL_SIZE:
             # the common case (an ASCII name that fits), written flat: it runs once per file
             middle, partial = self.sizes.get(size) or self._sized(size)
-            checksum = partial + sum(encoded)
-            header = (encoded.ljust(100, b"\0") + middle
-                      + (self.checksums.get(checksum) or self._checksum(checksum)) + self.tail)
+            # adler32's low half is 1 + the byte sum while that sum is < 65521 (100 bytes
+            # of at most 127): the name's share of the checksum in one C call
+            checksum = partial - 1 + (_adler32(encoded) & 0xFFFF)
+            header = b"".join((encoded.ljust(100, b"\0"), middle,
+                               self.checksums.get(checksum) or self._checksum(checksum),
+                               self.tail))
         else:
             header = self._long_header(name, size)
         pad = -size % BLOCK
         data_at = self.offset + len(header)
         self.offset = data_at + size + pad
         self.buffer += (header, body, _ZEROS[:pad])
-        self.buffered += len(header) + size + pad
-        self.files += 1
         self.members += (name, data_at, size, md5 or hashlib.md5(body).hexdigest())
-        if self.buffered >= _FLUSH_AT:
+        if self.offset - self.flushed >= _FLUSH_AT:
             self._flush()
 
     def _long_header(self, name: str, size: int) -> bytes:
@@ -146,7 +152,7 @@ class _Shard:
     def _flush(self) -> None:
         data = b"".join(self.buffer)
         self.buffer.clear()
-        self.buffered = 0
+        self.flushed = self.offset
         view = memoryview(data)
         try:
             while view:
@@ -157,7 +163,6 @@ class _Shard:
     def close(self, conn: sqlite3.Connection) -> list[PageReport]:
         """Make the shard durable and indexed; return the page reports it releases."""
         self.buffer.append(_END)
-        self.buffered += len(_END)
         self.offset += len(_END)
         self._flush()
         try:
