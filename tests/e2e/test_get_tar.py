@@ -180,3 +180,19 @@ def test_hostile_names_never_become_members(reference_server, tmp_path: Path) ->
                 assert not member.name.startswith(("/", "~")) and ".." not in member.name.split("/")
                 assert member.name not in refused
     assert sorted(os.listdir(tmp_path)) == ["dest", "r.json"]
+
+
+def test_retry_failed_adds_the_failed_files_once(reference_server, tmp_path: Path) -> None:
+    files = 5000
+    server = reference_server("--files", str(files), "--fail-rate", "0.05")
+    dest = tmp_path / "dest"
+    first, report = get(server.url, dest, tmp_path / "r1.json", "--sink", "tar", "--retries",
+                        "0", "--quiet")
+    assert first.returncode == 1, first.stderr
+    assert 0 < report["files_failed"] < files // 5
+    assert len(index_rows(dest, "SELECT name FROM members")) == report["files_ok"]
+    second, report = get(server.url, dest, tmp_path / "r2.json", "--sink", "tar",
+                         "--retries", "5", "--retry-failed", "--quiet")
+    assert second.returncode == 0, second.stderr
+    assert report["files_ok"] == files and report["files_failed"] == 0
+    assert_shards_exactly_once(dest, expected_files(files))
