@@ -3,6 +3,8 @@
 Every path is resolved component by component with O_NOFOLLOW relative to directory file
 descriptors, so a symlink planted inside DEST is never written through and nothing is ever
 created outside DEST. Temporary files live in DEST/.bulkfetch/tmp, emptied at each start.
+(O_TMPFILE + link(2) would spare the rename, but measured on ext4 here it cost more: 350-464
+against 240-322 µs per file, 100-byte files, 2026-11-22.)
 """
 
 from __future__ import annotations
