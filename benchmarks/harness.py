@@ -1,290 +1,52 @@
-"""What the benchmark scripts share: core pinning, starting and stopping servers (the
-reference server and nginx on a static export), and CPU / memory of a process tree."""
+"""What the benchmark scripts share; the code lives in `bulkfetch.bench.harness` (used by
+`bulkfetch bench` too) and is re-exported here so the scripts import it as before."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
-import resource
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
-from dataclasses import dataclass
-from pathlib import Path
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+try:
+    import bulkfetch.bench.harness  # noqa: F401
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
+from bulkfetch.bench.harness import (
+    CLOCK_TICKS,
+    Measured,
+    Pinning,
+    Server,
+    TreeMemory,
+    bulkfetch_command,
+    export_for_nginx,
+    fit_open_file_cache,
+    free_port,
+    log,
+    pinning,
+    run_measured,
+    settle,
+    start_nginx,
+    start_reference,
+    tree_cpu_seconds,
+    tree_pids,
+)
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-# -- CPU of a process tree, from /proc --------------------------------------------------
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) is in parentheses and may contain spaces
-    return text[text.rindex(")") + 2 :].split()
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """user + sys seconds of `root` and all its living descendants (and of the children
-    they have reaped)."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(int(entry))
-        if fields is None:
-            continue
-        # after the name: state(3) ppid(4) ... utime(14) stime(15) cutime(16) cstime(17)
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = sum(int(v) for v in fields[11:15]) / CLOCK_TICKS
-    total, stack = 0.0, [root]
-    while stack:
-        pid = stack.pop()
-        total += times.get(pid, 0.0)
-        stack.extend(child for child, parent in parents.items() if parent == pid)
-    return total
-
-
-# -- placement ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Pinning:
-    server: list[str]
-    client: list[str]
-    note: str
-
-
-def pinning() -> Pinning:
-    taskset = shutil.which("taskset")
-    cores = sorted(os.sched_getaffinity(0))
-    if taskset is None:
-        return Pinning([], [], "not pinned: taskset is missing")
-    if len(cores) < 2:
-        return Pinning([], [], f"not pinned: only core {cores} is available")
-    return Pinning([taskset, "-c", str(cores[0])], [taskset, "-c", str(cores[1])],
-                   f"server on core {cores[0]}, client on core {cores[1]}")
-
-
-# -- servers --------------------------------------------------------------------------------
-class Server:
-    """A started server process (own session, so its whole group can be stopped)."""
-
-    def __init__(self, command: list[str], label: str) -> None:
-        self.command = command
-        self.label = label
-        self.process: subprocess.Popen[bytes] | None = None
-        self.url = ""
-
-    def stop(self) -> None:
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-
-def bulkfetch_command() -> list[str]:
-    """This interpreter, directly: a console-script shim (pyenv's is a bash script) would add
-    its own start-up to every measured row."""
-    return [sys.executable, "-m", "bulkfetch"]
-
-
-def start_reference(prefix: list[str], files: int, processes: int) -> Server:
-    command = [*prefix, *bulkfetch_command(), "serve", "--port", "0", "--files", str(files),
-               "--processes", str(processes)]
-    server = Server(command, "bulkfetch serve")
-    server.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      start_new_session=True)
-    line = _first_line(server.process, timeout=60)
-    if not line.startswith("serving http://"):
-        server.stop()
-        error = server.process.stderr.read().decode() if server.process.stderr else ""
-        raise RuntimeError(f"bulkfetch serve did not start: {line!r} {error.strip()}")
-    server.url = line.split()[1]
-    return server
-
-
-def _first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout
-    line = b""
-    os.set_blocking(process.stdout.fileno(), False)
-    while not line.endswith(b"\n") and time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        try:
-            chunk = os.read(process.stdout.fileno(), 4096)
-        except BlockingIOError:
-            time.sleep(0.02)
-            continue
-        if not chunk:
-            break
-        line += chunk
-    return line.decode(errors="replace").split("\n", 1)[0].strip()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def export_for_nginx(files: int, directory: Path) -> tuple[str | None, str]:
-    """(nginx.conf path, note); the path is None when the export is not available."""
-    port = free_port()
-    command = [*bulkfetch_command(), "serve", "--files", str(files), "--port", str(port),
-               "--export-static", str(directory)]
-    log(f"exporting {files:,} files for nginx into {directory} ...")
-    started = time.monotonic()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"export failed: {exc}"
-    config = directory / "nginx.conf"
-    if done.returncode != 0 or not config.is_file():
-        reason = (done.stderr.strip().splitlines() or ["no nginx.conf written"])[-1]
-        return None, f"export failed (exit {done.returncode}): {reason}"
-    return str(config), f"exported {files:,} files in {time.monotonic() - started:.0f} s"
-
-
-def fit_open_file_cache(config: str, work: Path, connections: int) -> tuple[str, str]:
-    """nginx keeps up to `open_file_cache max=N` descriptors open; more than the descriptor
-    limit allows makes it answer 500 once the cache fills. Returns the config to run (a
-    patched copy in `work` when needed) and a note."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # inherited by nginx
-        soft = hard
-    text = Path(config).read_text()
-    match = re.search(r"open_file_cache\s+max=(\d+)", text)
-    room = max(64, soft - 4 * connections - 256)
-    if match is None or int(match.group(1)) <= room:
-        return config, ""
-    patched = work / "nginx.conf"
-    patched.write_text(text.replace(match.group(0), f"open_file_cache max={room}", 1))
-    return str(patched), (f"the export's open_file_cache max={match.group(1)} exceeds the "
-                          f"descriptor limit {soft}; ran a copy with max={room}")
-
-
-def start_nginx(prefix: list[str], config: str) -> Server:
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    text = Path(config).read_text()
-    match = re.search(r"^\s*listen\s+([^\s;]+)", text, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"no listen directive in {config}")
-    host, _, port = match.group(1).rpartition(":")
-    command = [*prefix, nginx, "-c", config, "-g", "daemon off;"]
-    server = Server(command, "nginx")
-    server.process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            error = server.process.stderr.read().decode() if server.process.stderr else ""
-            raise RuntimeError(f"nginx exited: {error.strip()}")
-        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 0.2):
-            server.url = f"http://{host}:{port}"
-            return server
-        time.sleep(0.05)
-    server.stop()
-    raise RuntimeError("nginx did not start listening within 20 s")
-
-
-def tree_pids(root: int) -> list[int]:
-    """`root` and its living descendants."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields is not None:
-                parents[int(entry)] = int(fields[1])
-    found, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(child for child, parent in parents.items() if parent == pid)
-    return found
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-class TreeMemory:
-    """Samples the summed RSS of a process tree every `interval` seconds; `peak` in bytes."""
-
-    def __init__(self, root: int, interval: float = 0.05) -> None:
-        self.root = root
-        self.interval = interval
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            total = sum(_rss_bytes(pid) for pid in tree_pids(self.root))
-            self.peak = max(self.peak, total)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> TreeMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-@dataclass(frozen=True)
-class Measured:
-    seconds: float
-    cpu_seconds: float  # user + sys of the whole process tree (waited-for descendants)
-    peak_rss: int  # bytes, summed over the tree, sampled
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def run_measured(command: list[str], timeout: float = 3600) -> Measured:
-    """Run `command` to its end; its tree's CPU comes from RUSAGE_CHILDREN deltas, which count
-    every descendant as long as each parent waits for its children (ours all do)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    with TreeMemory(process.pid) as memory:
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            out, err = process.communicate()
-    seconds = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Measured(seconds, cpu, memory.peak, process.returncode, out, err)
+__all__ = [
+    "CLOCK_TICKS",
+    "Measured",
+    "Pinning",
+    "Server",
+    "TreeMemory",
+    "bulkfetch_command",
+    "export_for_nginx",
+    "fit_open_file_cache",
+    "free_port",
+    "log",
+    "pinning",
+    "run_measured",
+    "settle",
+    "start_nginx",
+    "start_reference",
+    "tree_cpu_seconds",
+    "tree_pids",
+]

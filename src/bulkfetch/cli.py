@@ -30,6 +30,7 @@ class _LazyGroup(click.Group):
         "ls": "bulkfetch.cli_dataset:ls",
         "cat": "bulkfetch.cli_dataset:cat",
         "extract": "bulkfetch.cli_dataset:extract",
+        "bench": "bulkfetch.bench.command:bench",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

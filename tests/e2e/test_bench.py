@@ -1,0 +1,113 @@
+"""`bulkfetch bench` end to end at a small size: a smoke test of the outputs, never of speed.
+
+One session (2,000 files, --quick, both sweeps) is run for the module; each expected row is a
+test of its own, skipped only when the session skipped it because its tool or library is
+missing here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.nginx
+
+PNG = b"\x89PNG\r\n\x1a\n"
+REQUIRED = ("name", "files_per_s", "cpu_us_per_file", "peak_rss_mb", "verified")
+CORES = os.cpu_count() or 1
+WORKERS = sorted({1, CORES})
+EXPECTED = ["wrk", "sync", "threads-10", "threads-100", "processes", "asyncio", "combo",
+            *(f"bulkfetch-{sink}-{w}w" for sink in ("dir", "tar", "null") for w in WORKERS),
+            "rclone", "aria2c", "wget2", "curl"]
+
+
+@dataclass
+class Session:
+    out: Path
+    stdout: str
+    stderr: str
+    returncode: int
+    rows: list[dict]
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
+    if (shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")) is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("nginx is missing: .ci/run must install nginx-light")
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run(
+        [sys.executable, "-m", "bulkfetch", "bench", "--files", "2000", "--quick",
+         "--out", str(out / "results"), "--json", str(out / "x.json"),
+         "--sweep-workers", "--sweep-concurrency"],
+        capture_output=True, text=True, timeout=240)
+    rows = json.loads((out / "x.json").read_text()) if (out / "x.json").exists() else []
+    return Session(out, done.stdout, done.stderr, done.returncode, rows)
+
+
+def test_the_session_succeeds(session: Session) -> None:
+    assert session.returncode == 0, session.stderr[-3000:]
+
+
+def test_json_rows_have_the_required_keys(session: Session) -> None:
+    assert isinstance(session.rows, list) and session.rows, session.stderr[-3000:]
+    for row in session.rows:
+        missing = [key for key in REQUIRED if key not in row]
+        assert not missing, (row["name"], missing)
+    measured = [r for r in session.rows if "skipped" not in r]
+    assert all(r["verified"] is True for r in measured), [
+        (r["name"], r["check"]) for r in measured if not r["verified"]]
+    results = json.loads((session.out / "results" / "results.json").read_text())
+    assert [r["name"] for r in results] == [r["name"] for r in session.rows]
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_row(session: Session, name: str) -> None:
+    found = [r for r in session.rows if r["name"] == name]
+    assert len(found) == 1, f"{name}: not in the JSON ({session.stderr[-2000:]})"
+    row = found[0]
+    if "skipped" in row:
+        pytest.skip(f"{name}: {row['skipped']}")
+    assert row["verified"] is True, row["check"]
+    assert row["files_per_s"] > 0 and row["cpu_us_per_file"] > 0 and row["peak_rss_mb"] > 0
+    assert f"| {name} |" in session.stdout
+
+
+def test_sweep_points_are_verified(session: Session) -> None:
+    workers = [r for r in session.rows if r.get("sweep") == "workers"]
+    concurrency = [r for r in session.rows if r.get("sweep") == "concurrency"]
+    assert [r["workers"] for r in workers] == list(range(1, 2 * CORES + 1))
+    assert [r["concurrency"] for r in concurrency] == [1, 4, 16, 64, 256]
+    assert all(r["verified"] is True for r in workers + concurrency)
+
+
+def test_table_and_projection_are_printed(session: Session) -> None:
+    lines = session.stdout.strip().splitlines()
+    assert any(line.startswith("| row | files | files/s | files/s per core |") for line in lines)
+    assert "Sweep of workers" in session.stdout and "Sweep of concurrency" in session.stdout
+    assert lines[-1].startswith("One billion files at bulkfetch-")
+    assert "16-core client" in lines[-1]
+    table = (session.out / "results" / "table.md").read_text()
+    assert table.strip() == session.stdout.strip()
+
+
+def test_charts_and_machine_description(session: Session) -> None:
+    results = session.out / "results"
+    machine = (results / "machine.txt").read_text()
+    assert "cpu: " in machine and "nginx: " in machine
+    if importlib.util.find_spec("matplotlib") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("matplotlib is missing: .ci/run must install .[bench]")
+        pytest.skip("matplotlib is not installed (pip install -e .[bench]): no charts")
+    for name in ("chart.png", "sweep-workers.png", "sweep-concurrency.png"):
+        path = results / name
+        assert path.is_file(), f"{name} missing: {session.stdout[-1500:]}"
+        assert path.read_bytes()[:8] == PNG
