@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from harness import (
     log,
     pinning,
     run_measured,
+    settle,
     start_nginx,
 )
 
@@ -60,15 +59,6 @@ class Row:
     @property
     def peak_mb(self) -> float:
         return max(run.peak_rss for run in self.runs) / 2**20
-
-
-def settle(work: Path) -> None:
-    """Remove the last row's files and let the filesystem finish with them: deleting 200,000
-    files leaves ext4 work behind that would slow the next row's file creation tenfold."""
-    for leftover in ("c", "dn", "dt", "dd", "da"):
-        shutil.rmtree(work / leftover, ignore_errors=True)
-    os.sync()
-    time.sleep(2)
 
 
 def verify_dir(dest: Path, export: Path, files: int, sample: int = 2000) -> str:
@@ -185,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  str(work / "da")], "count"),
                 ]
             for label, command, check in plan:
-                settle(work)
+                settle(*(work / d for d in ("c", "dn", "dt", "dd", "da")))
                 log(f"  {label} ...")
                 measured = run_measured(command)
                 if check == "count":
