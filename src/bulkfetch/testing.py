@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -116,3 +117,45 @@ class ReferenceServer:
         self.stop()
         if self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
+
+
+def write_tar_destination(dest: Path, shards: Sequence[Sequence[tuple[str, bytes]]],
+                          worker: int = 0) -> list[list[tuple[str, int, int, str]]]:
+    """A tar destination as `--sink tar` leaves it, written by Python's tarfile (PAX): one
+    shard per entry of `shards`, indexed. Returns each shard's rows (name, data offset, size,
+    md5) as given to the index. For tests of the readers, independent of the tar sink."""
+    import hashlib
+    import io
+    import tarfile
+
+    from bulkfetch import index
+
+    dest.mkdir(parents=True, exist_ok=True)
+    conn = index.connect(dest, create=True)
+    rows: list[list[tuple[str, int, int, str]]] = []
+    try:
+        first = index.next_shard_number(dest, worker)
+        for number, files in enumerate(shards, first):
+            file = index.shard_file(worker, number)
+            with tarfile.open(dest / file, "w", format=tarfile.PAX_FORMAT) as tar:
+                for name, body in files:
+                    info = tarfile.TarInfo(name)
+                    info.size = len(body)
+                    tar.addfile(info, io.BytesIO(body))
+            with tarfile.open(dest / file) as tar:
+                stored = tar.getmembers()
+            members = [(name, info.offset_data, len(body), hashlib.md5(body).hexdigest())
+                       for (name, body), info in zip(files, stored, strict=True)]
+            index.add_shard(conn, file, worker, (dest / file).stat().st_size, 0.0, [], members)
+            rows.append(members)
+    finally:
+        conn.close()
+    return rows
+
+
+def write_dir_destination(dest: Path, files: Mapping[str, bytes]) -> None:
+    """A directory destination as `--sink dir` leaves it: DEST/<name> for each file."""
+    for name, body in files.items():
+        path = dest.joinpath(*name.split("/"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)

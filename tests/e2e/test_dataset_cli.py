@@ -5,12 +5,9 @@ index whose names try to leave OUT."""
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import subprocess
 import sys
-import tarfile
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import click
@@ -19,38 +16,16 @@ from click.testing import CliRunner, Result
 
 from bulkfetch import cli_dataset, index
 from bulkfetch.cli_dataset import cat, extract, ls
+from bulkfetch.testing import write_dir_destination
+from bulkfetch.testing import write_tar_destination as build_tar_dest
 
 
 def md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
 
 
-def build_tar_dest(dest: Path, shards: Sequence[Sequence[tuple[str, bytes]]]) -> None:
-    """One PAX tar shard per entry of `shards`, indexed with tarfile's own data offsets."""
-    dest.mkdir(parents=True, exist_ok=True)
-    conn = index.connect(dest, create=True)
-    try:
-        for number, files in enumerate(shards, 1):
-            file = index.shard_file(0, number)
-            with tarfile.open(dest / file, "w", format=tarfile.PAX_FORMAT) as tar:
-                for name, body in files:
-                    info = tarfile.TarInfo(name)
-                    info.size = len(body)
-                    tar.addfile(info, io.BytesIO(body))
-            with tarfile.open(dest / file) as tar:
-                stored = tar.getmembers()
-            members = [(name, info.offset_data, len(body), md5(body))
-                       for (name, body), info in zip(files, stored, strict=True)]
-            index.add_shard(conn, file, 0, (dest / file).stat().st_size, 0.0, [], members)
-    finally:
-        conn.close()
-
-
-def build_dir_dest(dest: Path, files: Mapping[str, bytes]) -> None:
-    for name, body in files.items():
-        path = dest.joinpath(*name.split("/"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(body)
+def build_dir_dest(dest: Path, files: dict[str, bytes]) -> None:
+    write_dir_destination(dest, files)
     (dest / ".bulkfetch").mkdir(exist_ok=True)
     (dest / ".bulkfetch" / "journal.sqlite").write_bytes(b"bulkfetch state")
 

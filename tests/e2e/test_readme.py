@@ -10,25 +10,24 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def test_library_example_runs(tmp_path: Path) -> None:
+def run_example(marker: str, cwd: Path) -> str:
+    """Run the README's python block containing `marker` as written; its stdout."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
-    example = [block for block in blocks if '"example-dest"' in block]
-    assert example, "the README has no download() example"
-    result = subprocess.run([sys.executable, "-c", example[0]], cwd=tmp_path, capture_output=True,
+    chosen = [block for block in blocks if marker in block]
+    assert chosen, f"the README has no python example with {marker}"
+    result = subprocess.run([sys.executable, "-c", chosen[0]], cwd=cwd, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "5,000 files, 0 failed, exit code 0" in result.stdout
+    return result.stdout
+
+
+def test_library_example_runs(tmp_path: Path) -> None:
+    assert "5,000 files, 0 failed, exit code 0" in run_example('"example-dest"', tmp_path)
     assert len(list((tmp_path / "example-dest").glob("f*"))) == 5000
 
 
 def test_tar_example_runs(tmp_path: Path) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
-    tar = [block for block in blocks if "open_dataset" in block]
-    assert tar, "the README has no open_dataset example"
-    result = subprocess.run([sys.executable, "-c", tar[0]], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "3,000 files in shards, 300,000 bytes" in result.stdout
+    assert "3,000 files in shards, 300,000 bytes" in run_example("open_dataset", tmp_path)
     assert list((tmp_path / "example-shards").glob("shard-*.tar"))
 
 

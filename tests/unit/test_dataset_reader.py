@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import io
 import os
 import tarfile
 import tracemalloc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,45 +29,23 @@ from bulkfetch.errors import BulkfetchError, DataCorrupt, DataUnreadable, UsageE
 from bulkfetch.journal import Journal
 from bulkfetch.names import local_parts
 from bulkfetch.sinks.directory import DirectorySink
+from bulkfetch.testing import write_dir_destination as build_dir_dest
+from bulkfetch.testing import write_tar_destination as build_tar_dest
 
 
 def md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
 
 
-def build_tar_dest(dest: Path, shards: Sequence[Sequence[tuple[str, bytes]]],
-                   worker: int = 0) -> list[list[tuple[str, int, int, str]]]:
-    """Write one tar shard per entry of `shards` and index it; returns each shard's rows
-    (name, data offset, size, md5) as given to the index."""
-    dest.mkdir(parents=True, exist_ok=True)
-    conn = index.connect(dest, create=True)
-    rows: list[list[tuple[str, int, int, str]]] = []
+def peak(run: Callable[[], object]) -> int:
+    """Peak bytes Python allocated while `run` ran."""
+    gc.collect()
+    tracemalloc.start()
     try:
-        first = index.next_shard_number(dest, worker)
-        for number, files in enumerate(shards, first):
-            file = index.shard_file(worker, number)
-            with tarfile.open(dest / file, "w", format=tarfile.PAX_FORMAT) as tar:
-                for name, body in files:
-                    info = tarfile.TarInfo(name)
-                    info.size = len(body)
-                    tar.addfile(info, io.BytesIO(body))
-            with tarfile.open(dest / file) as tar:
-                stored = tar.getmembers()
-            assert len(stored) == len(files)
-            members = [(name, info.offset_data, len(body), md5(body))
-                       for (name, body), info in zip(files, stored, strict=True)]
-            index.add_shard(conn, file, worker, (dest / file).stat().st_size, 0.0, [], members)
-            rows.append(members)
+        run()
+        return tracemalloc.get_traced_memory()[1]
     finally:
-        conn.close()
-    return rows
-
-
-def build_dir_dest(dest: Path, files: Mapping[str, bytes]) -> None:
-    for name, body in files.items():
-        path = dest.joinpath(*name.split("/"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(body)
+        tracemalloc.stop()
 
 
 LONG_NAME = "deep/" + "n" * 180 + ".bin"  # > 100 characters: needs a PAX header
@@ -300,15 +277,6 @@ def test_tar_memory_does_not_grow_with_the_number_of_members(tmp_path: Path) -> 
     conn.execute("COMMIT")
     conn.close()
 
-    def peak(run) -> int:  # type: ignore[no-untyped-def]
-        gc.collect()
-        tracemalloc.start()
-        try:
-            run()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-
     with open_dataset(dest) as ds:
         streamed = peak(lambda: sum(len(b) for _, b in ds))
         held = peak(lambda: list(ds.names()))
@@ -446,15 +414,6 @@ def test_dir_memory_does_not_grow_with_the_number_of_files(tmp_path: Path) -> No
         folder.mkdir(parents=True)
         for f in range(30):
             (folder / f"file-{f:06d}-{'p' * 40}").write_bytes(b"")
-
-    def peak(run) -> int:  # type: ignore[no-untyped-def]
-        gc.collect()
-        tracemalloc.start()
-        try:
-            run()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
 
     with open_dataset(dest) as ds:
         streamed = peak(lambda: sum(1 for _ in ds))
