@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from bulkfetch.config import GetOptions, Limits, RetryPolicy, SinkOptions, SourceShape, Timeouts
+from bulkfetch.config import (
+    DEFAULT_MAX_PAGE_SIZE,
+    GetOptions,
+    Limits,
+    RetryPolicy,
+    SinkOptions,
+    SourceShape,
+    Timeouts,
+)
 from bulkfetch.models import Progress, Report
 
 
@@ -28,6 +36,8 @@ def build_options(
     connect_timeout: float = 10.0,
     idle_timeout: float = 30.0,
     total_timeout: float | None = None,
+    min_speed: int = 100,
+    max_page_size: int = DEFAULT_MAX_PAGE_SIZE,
     list_path: str = "/list",
     names_key: str = "FileNames",
     next_key: str = "NextMarker",
@@ -43,11 +53,12 @@ def build_options(
         from_file=from_file,
         shape=SourceShape(list_path, names_key, next_key, marker_param, get_template),
         limits=Limits(workers=workers or os.cpu_count() or 1, concurrency=concurrency,
-                      pages_ahead=pages_ahead, per_host=per_host),
+                      pages_ahead=pages_ahead, per_host=per_host, max_page_size=max_page_size),
         sink=SinkOptions(kind=sink, fanout=fanout, shard_files=shard_files,
                          shard_size=shard_size),
         retry=RetryPolicy(retries=retries, max_retry_wait_s=max_retry_wait),
-        timeouts=Timeouts(connect_s=connect_timeout, idle_s=idle_timeout, total_s=total_timeout),
+        timeouts=Timeouts(connect_s=connect_timeout, idle_s=idle_timeout, total_s=total_timeout,
+                          min_speed=min_speed),
         verify=verify,
         restart=restart,
         retry_failed=retry_failed,

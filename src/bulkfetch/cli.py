@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING, ClassVar
 
@@ -31,6 +30,7 @@ class _LazyGroup(click.Group):
         "cat": "bulkfetch.cli_dataset:cat",
         "extract": "bulkfetch.cli_dataset:extract",
         "bench": "bulkfetch.bench.command:bench",
+        "serve": "bulkfetch.server.command:serve",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -55,125 +55,6 @@ def cli() -> None:
 
 def main() -> None:
     cli(prog_name="bulkfetch")
-
-
-def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
-    return click.option(name, type=click.FloatRange(0, 1), default=0.0, show_default=True,
-                        metavar="P", help=help_text)
-
-
-@cli.command(context_settings=CONTEXT)
-@click.option("--files", type=click.IntRange(min=0), default=1000, show_default=True,
-              help="Number of synthetic files (any size: nothing is stored, so 10^10 is fine).")
-@click.option("--page-size", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Names per list page.")
-@click.option("--file-size", default="100", show_default=True, metavar="SPEC",
-              help="Bytes per file: N, 'uniform:MIN:MAX' or 'lognormal:MEDIAN:SIGMA:MAX' "
-                   "(k/m/g suffixes allowed).")
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of names, bodies and faults: same seed, same data, same faults.")
-@click.option("--nested", is_flag=True, help="Names with subdirectories, e.g. 07/42/f0000074213.")
-@click.option("--root", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Serve the real files under this directory instead of synthetic ones.")
-@click.option("--no-total", is_flag=True, help="Leave out the X-Total-Files header on list pages.")
-@_rate("--fail-rate", "Answer this share of requests with 500 or 503.")
-@_rate("--throttle-rate", "Answer this share with 429 and Retry-After (seconds or HTTP-date).")
-@click.option("--retry-after", type=click.IntRange(min=0), default=1, show_default=True,
-              metavar="SECONDS", help="Retry-After sent with throttled answers.")
-@click.option("--latency", default=None, metavar="MS|MIN-MAX",
-              help="Delay every answer by MS milliseconds, or uniformly MIN-MAX.")
-@_rate("--truncate-rate", "Announce the full length but close the connection mid-body.")
-@_rate("--corrupt-rate", "Send the right length with wrong bytes (the ETag no longer matches).")
-@_rate("--reset-rate", "Reset the connection (TCP RST) instead of answering.")
-@_rate("--stall-rate", "Read the request and never answer.")
-@click.option("--hostile-names", is_flag=True,
-              help="Mix path-traversal, malformed and colliding names into the first page.")
-@click.option("--bad-pages", "bad_pages", is_flag=False, flag_value="all", default=None,
-              metavar="[KINDS]",
-              help="Break pagination: comma list of empty, repeat, content-type, malformed, "
-                   "loop (default with no value: all; pages 1, 1, 2, 3 and the last).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
-              help="Port to listen on; 0 picks a free one.")
-@click.option("--processes", type=click.IntRange(min=1), default=None,
-              help="Server processes sharing the port (SO_REUSEPORT). [default: cores]")
-@click.option("--access-log", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
-              help="Log every request to FILE (no value: stderr). Off by default.")
-@click.option("--export-static", type=click.Path(file_okay=False), default=None, metavar="DIR",
-              help="Instead of serving, write the data set as files, pre-rendered list pages "
-                   "and an nginx config serving the identical API, then exit.")
-def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
-          root: str | None, no_total: bool, fail_rate: float, throttle_rate: float,
-          retry_after: int, latency: str | None, truncate_rate: float, corrupt_rate: float,
-          reset_rate: float, stall_rate: float, hostile_names: bool, bad_pages: str | None,
-          host: str, port: int, processes: int | None, access_log: str | None,
-          export_static: str | None) -> None:
-    """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME.
-
-    The first line on stdout is 'serving http://HOST:PORT ...'. Stop it with Ctrl-C.
-    """
-    from bulkfetch.server.faults import FaultConfig, parse_latency
-    from bulkfetch.server.hostile import BAD_PAGE_KINDS
-    from bulkfetch.server.options import ServeOptions
-    from bulkfetch.server.runner import is_loopback
-    from bulkfetch.server.runner import serve as run_server
-    from bulkfetch.server.sizes import parse_size_spec
-
-    kinds: frozenset[str] = frozenset()
-    if bad_pages is not None:
-        kinds = frozenset(BAD_PAGE_KINDS) if bad_pages == "all" else frozenset(
-            k.strip() for k in bad_pages.split(",") if k.strip())
-    try:
-        options = ServeOptions(
-            files=files,
-            page_size=page_size,
-            file_size=parse_size_spec(file_size),
-            seed=seed,
-            nested=nested,
-            root=root,
-            show_total=not no_total,
-            faults=FaultConfig(
-                stall_rate=stall_rate,
-                reset_rate=reset_rate,
-                fail_rate=fail_rate,
-                throttle_rate=throttle_rate,
-                truncate_rate=truncate_rate,
-                corrupt_rate=corrupt_rate,
-                latency_ms=parse_latency(latency) if latency else (0.0, 0.0),
-                retry_after=retry_after,
-            ),
-            hostile_names=hostile_names,
-            bad_pages=kinds,
-            host=host,
-            port=port,
-            processes=processes or os.cpu_count() or 1,
-            access_log=access_log,
-        )
-    except UsageError as exc:
-        raise _usage(exc) from None
-
-    if export_static:
-        from bulkfetch.server.export import export_static as write_export
-
-        try:
-            write_export(options, export_static, progress=True)
-        except UsageError as exc:
-            raise _usage(exc) from None
-        return
-    if not is_loopback(options.host):
-        click.echo(f"warning: listening on {options.host}, which is not a loopback address; "
-                   "anyone who can reach it can read the data set", err=True)
-
-    def announce(line: str) -> None:
-        click.echo(line)
-        sys.stdout.flush()
-
-    try:
-        code = run_server(options, announce)
-    except OSError as exc:
-        raise click.ClickException(f"cannot listen on {options.host}:{options.port}: "
-                                   f"{exc.strerror or exc}") from None
-    sys.exit(code)
 
 
 def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
@@ -232,9 +113,14 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
 @click.option("--connect-timeout", type=click.FloatRange(min=0.001), default=10.0,
               show_default=True, metavar="SECONDS", help="Give up connecting after this long.")
 @click.option("--idle-timeout", type=click.FloatRange(min=1), default=30.0, show_default=True,
-              metavar="SECONDS", help="Give up on a transfer that receives no byte this long.")
+              metavar="SECONDS",
+              help="Give up on a transfer slower than --min-speed (or silent) this long.")
+@click.option("--min-speed", type=click.IntRange(min=1), default=100, show_default=True,
+              metavar="BYTES/S", help="Below this a transfer counts as idle (a trickle does).")
 @click.option("--timeout", "total_timeout", type=click.FloatRange(min=0.001), default=None,
               metavar="SECONDS", help="Give up on any single request after this long.")
+@click.option("--max-page-size", default="16m", show_default=True, metavar="BYTES",
+              help="Refuse list pages larger than this (k/m/g suffixes).")
 @click.option("--list-path", default="/list", show_default=True, help="Listing endpoint.")
 @click.option("--names-key", default="FileNames", show_default=True,
               help="JSON key of the names on a list page.")
@@ -272,10 +158,11 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
     flags["verify"] = not flags.pop("no_verify")
     from bulkfetch.server.sizes import parse_bytes
 
-    try:
-        flags["shard_size"] = parse_bytes(str(flags["shard_size"]))
-    except UsageError as exc:
-        raise _usage(UsageError(f"--shard-size: {exc}")) from None
+    for flag in ("shard_size", "max_page_size"):
+        try:
+            flags[flag] = parse_bytes(str(flags[flag]))
+        except UsageError as exc:
+            raise _usage(UsageError(f"--{flag.replace('_', '-')}: {exc}")) from None
     try:
         options = build_options(source, target, from_file=from_file is not None,
                                 **flags)  # type: ignore[arg-type]

@@ -24,6 +24,11 @@ class SourceShape:
             raise UsageError(f"--get-template {self.get_template!r} must contain {{name}}")
 
 
+# A list page is held whole in memory and parsed; 16 MiB is about a million names, far
+# above any real API's page, and keeps a hostile page of 10^7 names from exhausting memory.
+DEFAULT_MAX_PAGE_SIZE = 16 << 20
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff with full jitter; Retry-After honoured up to max_retry_wait_s."""
@@ -50,29 +55,40 @@ class RetryPolicy:
 @dataclass(frozen=True)
 class Timeouts:
     connect_s: float = 10.0
-    idle_s: float = 30.0  # no byte received for this long: give up on the attempt
+    idle_s: float = 30.0  # slower than min_speed for this long: give up on the attempt
     total_s: float | None = None  # per request, optional
+    # Bytes/s below which a transfer counts as idle. Low enough for a slow link shared by
+    # every transfer in flight, high enough that a hostile 1-byte-per-second trickle fails.
+    min_speed: int = 100
 
     def __post_init__(self) -> None:
         if self.connect_s <= 0 or self.idle_s <= 0 or (self.total_s is not None
                                                        and self.total_s <= 0):
             raise UsageError("timeouts must be positive numbers of seconds")
+        if self.min_speed < 1:
+            raise UsageError(f"--min-speed must be >= 1 byte/s, got {self.min_speed}")
 
 
 @dataclass(frozen=True)
 class Limits:
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     concurrency: int = 64  # transfers in flight per worker
-    pages_ahead: int = 0  # pages listed but not finished; 0 = 2 per worker + 2
+    # Pages listed but not finished; 0 = 8 per worker + 2. A page stays out until its
+    # slowest file ends, and under faults most pages wait seconds on a retry or a timeout:
+    # a window of a few pages per worker would leave the transfers idle meanwhile.
+    pages_ahead: int = 0
     per_host: int = 0  # connections per host per worker; 0 = no limit beyond concurrency
+    max_page_size: int = DEFAULT_MAX_PAGE_SIZE  # bytes of one list page
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.concurrency < 1:
             raise UsageError("--workers and --concurrency must be >= 1")
+        if self.max_page_size < 1:
+            raise UsageError("--max-page-size must be >= 1 byte")
 
     @property
     def max_pages_out(self) -> int:
-        return self.pages_ahead or 2 * self.workers + 2
+        return self.pages_ahead or 8 * self.workers + 2
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import unquote
 
 
 @dataclass(frozen=True)
 class LoggedRequest:
+    """One access-log line. `auth`: the request carried an Authorization header (its value is
+    never logged); `host`: its Host header as sent, e.g. "127.0.0.1:8000" ("" when absent or
+    empty)."""
+
     time: float
     pid: int
     method: str
@@ -30,6 +35,23 @@ class LoggedRequest:
     status: int
     length: int
     fault: str
+    auth: bool = False
+    host: str = ""
+
+    @classmethod
+    def parse(cls, line: str) -> LoggedRequest:
+        """TIME PID METHOD TARGET STATUS LENGTH FAULT [AUTH HOST]: AUTH is yes/no, HOST is
+        percent-encoded, '-' when absent (lines of older servers have neither)."""
+        fields = line.split(" ")
+        stamp, pid, method, target, status, length, fault = fields[:7]
+        auth, host = False, ""
+        if len(fields) == 9:
+            auth = fields[7] == "yes"
+            host = "" if fields[8] == "-" else unquote(fields[8])
+        elif len(fields) != 7:
+            raise ValueError(f"not an access-log line: {line!r}")
+        return cls(float(stamp), int(pid), method, target, int(status), int(length), fault,
+                   auth, host)
 
 
 class ReferenceServer:
@@ -87,12 +109,7 @@ class ReferenceServer:
         """Every request the server has logged so far (needs access_log=True)."""
         if self.log_path is None:
             raise RuntimeError("start the ReferenceServer with access_log=True")
-        rows = []
-        for line in self.log_path.read_text().splitlines():
-            stamp, pid, method, target, status, length, fault = line.split(" ")
-            rows.append(LoggedRequest(float(stamp), int(pid), method, target, int(status),
-                                      int(length), fault))
-        return rows
+        return [LoggedRequest.parse(line) for line in self.log_path.read_text().splitlines()]
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.process is None:

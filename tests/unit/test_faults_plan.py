@@ -1,17 +1,32 @@
-"""The fault plan: deterministic by (seed, target, attempt), rates validated and honoured."""
+"""The fault plan: deterministic by (seed, target, attempt), rates validated and honoured;
+and what the app makes of its decisions."""
 
 from __future__ import annotations
+
+import hashlib
+import json
+import time
+import zlib
+from email.utils import parsedate_to_datetime
 
 import pytest
 
 from bulkfetch.errors import UsageError
+from bulkfetch.server.app import App, Response, gzip_bomb, render_page, retry_after_value
+from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.faults import (
+    DENY_STATUSES,
     NO_FAULT,
+    PER_ATTEMPT,
+    REDIRECT_KINDS,
     Fault,
     FaultConfig,
     FaultPlan,
     parse_latency,
+    parse_redirect_kinds,
 )
+from bulkfetch.server.hostile import HugeFirstPage
+from bulkfetch.server.sizes import parse_size_spec
 
 MIXED = FaultConfig(stall_rate=0.05, reset_rate=0.05, fail_rate=0.1, throttle_rate=0.1,
                     truncate_rate=0.1, corrupt_rate=0.1, latency_ms=(5.0, 50.0))
@@ -121,9 +136,7 @@ def test_observed_rates_near_configured(config: FaultConfig) -> None:
         decision = plan.decide(f"/get/f{i:010d}", True)
         counts[decision.fault] += 1
         alternates += decision.alternate
-    configured = dict(zip(
-        (Fault.STALL, Fault.RESET, Fault.FAIL, Fault.THROTTLE, Fault.TRUNCATE, Fault.CORRUPT),
-        config.rates(), strict=True))
+    configured = dict(zip(PER_ATTEMPT, config.rates(), strict=True))
     configured[Fault.NONE] = 1 - sum(config.rates())
     for fault, rate in configured.items():
         observed = counts[fault] / n
@@ -181,3 +194,241 @@ def test_parse_latency() -> None:
     for bad in ("", "x", "10-", "100-10", "-5", "1-2-3"):
         with pytest.raises(UsageError):
             parse_latency(bad)
+
+
+# -- the hostile-server switches: trickle, overlong, redirect, encoding, deny ---------------
+NEW = FaultConfig(trickle_rate=0.1, overlong_rate=0.1, redirect_rate=0.1, encoding_rate=0.1,
+                  deny_rate=0.2)
+
+
+def test_new_faults_are_stacked_after_the_old_ones() -> None:
+    """Adding a new rate leaves every decision an old configuration made as it was."""
+    old = FaultConfig(fail_rate=0.2, truncate_rate=0.1, corrupt_rate=0.1)
+    both = FaultConfig(fail_rate=0.2, truncate_rate=0.1, corrupt_rate=0.1, trickle_rate=0.1,
+                       overlong_rate=0.1, redirect_rate=0.1, encoding_rate=0.1)
+    before = decisions(FaultPlan(old, 5), TARGETS)
+    after = decisions(FaultPlan(both, 5), TARGETS)
+    for (fault_a, delay_a, alt_a), (fault_b, delay_b, alt_b) in zip(before, after, strict=True):
+        assert (delay_a, alt_a) == (delay_b, alt_b)
+        if fault_a is not Fault.NONE:
+            assert fault_b is fault_a
+        else:
+            assert fault_b in (Fault.NONE, Fault.TRICKLE, Fault.OVERLONG, Fault.REDIRECT,
+                               Fault.ENCODING)
+    assert {f for f, _, _ in after} == {Fault.NONE, Fault.FAIL, Fault.TRUNCATE, Fault.CORRUPT,
+                                        Fault.TRICKLE, Fault.OVERLONG, Fault.REDIRECT,
+                                        Fault.ENCODING}
+
+
+def test_encoding_and_redirect_only_where_they_apply() -> None:
+    encoding = FaultPlan(FaultConfig(encoding_rate=1.0), 0)
+    assert {encoding.decide(t, True).fault for t in TARGETS[:100]} == {Fault.ENCODING}
+    assert {encoding.decide(t, False).fault for t in TARGETS[:100]} == {Fault.NONE}
+    redirect = FaultPlan(FaultConfig(redirect_rate=1.0), 0)
+    assert {redirect.decide(t, False).fault for t in TARGETS[:100]} == {Fault.REDIRECT}
+    assert {redirect.decide(f"/list?x={i}", False, file=False).fault
+            for i in range(100)} == {Fault.NONE}
+
+
+def test_redirect_kinds_are_deterministic_and_only_those_asked_for() -> None:
+    config = FaultConfig(redirect_rate=1.0)
+    kinds = [FaultPlan(config, 1).decide(t, True).redirect for t in TARGETS[:400]]
+    assert kinds == [FaultPlan(config, 1).decide(t, True).redirect for t in TARGETS[:400]]
+    counts = {kind: kinds.count(kind) for kind in REDIRECT_KINDS}
+    assert all(60 <= n <= 140 for n in counts.values()), counts  # ~100 each
+    some = FaultConfig(redirect_rate=1.0, redirect_to=("file", "relative"))
+    assert {FaultPlan(some, 1).decide(t, True).redirect for t in TARGETS[:400]} == {
+        "file", "relative"}
+    assert {d.redirect for d in (FaultPlan(MIXED, 1).decide(t, True) for t in TARGETS)
+            if d.fault is not Fault.REDIRECT} == {""}
+
+
+def test_a_loop_redirects_its_target_for_ever() -> None:
+    plan = FaultPlan(FaultConfig(redirect_rate=0.3, redirect_to=("loop",)), 2)
+    looped = [t for t in TARGETS[:200] if plan.decide(t, True).fault is Fault.REDIRECT]
+    assert 30 <= len(looped) <= 90
+    for target in looped:  # every later attempt at it is the same loop
+        assert {plan.decide(target, True).redirect for _ in range(20)} == {"loop"}
+    others = [t for t in TARGETS[:200] if t not in looped]
+    retried = {plan.decide(t, True).fault for t in others for _ in range(5)}
+    assert retried == {Fault.NONE, Fault.REDIRECT}  # per attempt for those never looped
+
+
+def test_deny_is_per_name_not_per_attempt() -> None:
+    plan = FaultPlan(NEW, 9)
+    names = [f"f{i:010d}".encode() for i in range(5000)]
+    first = [plan.denied(n) for n in names]
+    assert first == [plan.denied(n) for n in names]  # a retry gets the same answer
+    assert first == [FaultPlan(NEW, 9).denied(n) for n in names]  # so does a new process
+    denied = [status for status in first if status is not None]
+    assert 0.17 < len(denied) / len(names) < 0.23
+    assert set(denied) == set(DENY_STATUSES) == {400, 401, 403, 404, 410}
+    assert [FaultPlan(NEW, 10).denied(n) for n in names] != first  # the seed matters
+    assert FaultPlan(FaultConfig(deny_rate=1.0), 0).denied(b"x") in DENY_STATUSES
+    assert FaultPlan(FaultConfig(fail_rate=0.5), 0).denied(b"x") is None
+
+
+def test_deny_does_not_count_toward_the_sum_and_is_validated() -> None:
+    FaultConfig(fail_rate=0.5, trickle_rate=0.5, deny_rate=1.0)
+    assert FaultConfig(deny_rate=0.1).active
+    with pytest.raises(UsageError, match="--deny-rate"):
+        FaultConfig(deny_rate=1.5)
+    with pytest.raises(UsageError, match="more than 1"):
+        FaultConfig(overlong_rate=0.6, encoding_rate=0.5)
+    with pytest.raises(UsageError, match="--redirect-rate"):
+        FaultConfig(redirect_rate=-0.1)
+    for interval in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(UsageError, match="--trickle-interval"):
+            FaultConfig(trickle_interval=interval)
+    with pytest.raises(UsageError, match="--redirect-to"):
+        FaultConfig(redirect_to=("elsewhere",))
+
+
+def test_parse_redirect_kinds() -> None:
+    assert parse_redirect_kinds("all") == REDIRECT_KINDS
+    assert parse_redirect_kinds("relative, file") == ("file", "relative")
+    assert parse_redirect_kinds("loop,loop") == ("loop",)
+    for bad in ("", ",", "ftp", "file,ftp", "all,file"):
+        with pytest.raises(UsageError, match="--redirect-to"):
+            parse_redirect_kinds(bad)
+
+
+# -- what the app makes of those decisions (no sockets) -------------------------------------
+def app_get(app: App, target: str, headers: dict[str, str] | None = None,
+            method: str = "GET") -> Response:
+    return app.handle(method, target, headers or {})
+
+
+def header(response: Response, key: str) -> str | None:
+    return dict(response.headers).get(key)
+
+
+def data(files: int = 50, size: str = "100") -> SyntheticDataSet:
+    return SyntheticDataSet(files, 10, 0, parse_size_spec(size))
+
+
+def test_every_503_carries_retry_after_in_both_forms() -> None:
+    app = App(data(), FaultPlan(FaultConfig(fail_rate=1.0, retry_after=9), 0))
+    answers = [app_get(app, f"/get/f{i:010d}") for i in range(50)]
+    assert {a.status for a in answers} == {500, 503}
+    assert all(header(a, "Retry-After") is None for a in answers if a.status == 500)
+    afters = [header(a, "Retry-After") for a in answers if a.status == 503]
+    assert "9" in afters and any(a and a.endswith(" GMT") for a in afters)
+    assert None not in afters
+
+
+def test_retry_after_may_be_absurd() -> None:
+    assert retry_after_value(10**9, False) == "1000000000"
+    when = parsedate_to_datetime(retry_after_value(10**9, True)).timestamp()
+    assert abs(when - (time.time() + 10**9)) < 5
+    assert retry_after_value(10**30, True) == "Fri, 31 Dec 9999 23:59:59 GMT"
+    assert retry_after_value(10**30, False) == str(10**30)
+
+
+def test_redirect_locations() -> None:
+    def first_location(kinds: tuple[str, ...], target: str,
+                       headers: dict[str, str] | None = None) -> Response:
+        app = App(data(), FaultPlan(FaultConfig(redirect_rate=1.0, redirect_to=kinds), 0),
+                  port=4321)
+        return app_get(app, target, headers)
+
+    name = "/get/f0000000003"
+    moved = first_location(("other-host",), name)
+    assert moved.status == 302 and moved.fault is Fault.REDIRECT
+    assert header(moved, "Location") == "http://localhost:4321" + name
+    assert first_location(("file",), name).headers[-1] == ("Location", "file:///etc/passwd")
+    assert header(first_location(("relative",), name), "Location") == name + "?redirected=1"
+    assert header(first_location(("relative",), name + "?a=b"), "Location") == (
+        name + "?a=b&redirected=1")
+    assert header(first_location(("loop",), name), "Location") == name
+    # Arrived through a redirect: served as is, except by a loop.
+    for kinds in (("other-host",), ("file",), ("relative",)):
+        for target, headers in ((name, {"host": "LOCALHOST:4321"}),
+                                (name + "?redirected=1", {"host": "127.0.0.1:4321"})):
+            served = first_location(kinds, target, headers)
+            assert served.status == 200 and served.fault is Fault.NONE
+            assert served.body == data().body(3)
+    looped = first_location(("loop",), name + "?redirected=1", {"host": "localhost:4321"})
+    assert looped.status == 302 and header(looped, "Location") == name + "?redirected=1"
+    # List pages are never redirected.
+    app = App(data(), FaultPlan(FaultConfig(redirect_rate=1.0), 0), port=4321)
+    assert app_get(app, "/list").status == 200
+
+
+def test_deny_answers_every_attempt_alike() -> None:
+    app = App(data(200), FaultPlan(FaultConfig(deny_rate=0.5, fail_rate=1.0), 4))
+    answers = {i: [app_get(app, f"/get/f{i:010d}") for _ in range(3)] for i in range(200)}
+    denied = {i: a[0].status for i, a in answers.items() if a[0].fault is Fault.DENY}
+    assert set(denied.values()) == {400, 401, 403, 404, 410}
+    for i, status in denied.items():
+        assert [a.status for a in answers[i]] == [status] * 3
+        assert json.loads(answers[i][0].body)["error"]
+        assert (header(answers[i][0], "WWW-Authenticate") is not None) == (status == 401)
+        assert app_get(app, f"/get/f{i:010d}", method="HEAD").status == status
+    others = {a.fault for i, seq in answers.items() if i not in denied for a in seq}
+    assert others == {Fault.FAIL}
+    assert app_get(app, "/list").status in (500, 503)  # names are denied, not list pages
+
+
+def test_encoding_sends_a_small_double_gzip_bomb() -> None:
+    body, etag = gzip_bomb()
+    assert gzip_bomb()[0] is body  # built once
+    assert len(body) < 8192
+    assert etag == '"' + hashlib.md5(body).hexdigest() + '"'
+    inner = zlib.decompress(body, 31)
+    assert inner[:2] == b"\x1f\x8b" and len(inner) < 2 << 20
+    app = App(data(size="2000"), FaultPlan(FaultConfig(encoding_rate=1.0), 0))
+    bomb = app_get(app, "/get/f0000000001", {"range": "bytes=0-9"})
+    assert (bomb.status, bomb.body, bomb.fault) == (200, body, Fault.ENCODING)
+    assert header(bomb, "Content-Encoding") == "gzip, gzip" and header(bomb, "ETag") == etag
+    assert header(bomb, "Content-Range") is None
+    assert app_get(app, "/get/f0000000002", method="HEAD").fault is Fault.NONE
+    assert app_get(app, "/list").fault is Fault.NONE
+
+
+def test_body_faults_leave_bodiless_answers_alone() -> None:
+    for config in (FaultConfig(trickle_rate=1.0), FaultConfig(overlong_rate=1.0),
+                   FaultConfig(truncate_rate=1.0)):
+        app = App(data(), FaultPlan(config, 0))
+        assert app_get(app, "/get/nope").fault is Fault.NONE
+        assert app_get(app, "/get/f0000000001", method="HEAD").fault is Fault.NONE
+        assert app_get(app, "/get/f0000000001").fault is not Fault.NONE
+        assert app_get(app, "/list").fault is not Fault.NONE  # list pages have bodies too
+
+
+# -- --huge-page ------------------------------------------------------------------------------
+@pytest.mark.parametrize("nested", [False, True])
+@pytest.mark.parametrize(("files", "count"), [(10_000, 9_000), (10_000, 20_000), (5, 1),
+                                              (0, 3), (9_000, 4_096)])
+def test_huge_first_page_streams_the_bytes_render_page_would(files: int, count: int,
+                                                             nested: bool) -> None:
+    inner = SyntheticDataSet(files, 7, 1, parse_size_spec("10"), nested)
+    huge = HugeFirstPage(inner, count)
+    app = App(huge)
+    first = app_get(app, "/list")
+    assert first.chunks is not None and first.body == b""
+    streamed = b"".join(first.chunks)
+    assert len(streamed) == first.content_length
+    names, following = huge.page(None)
+    token = None if following is None else app.tokens.encode(following)
+    assert streamed == render_page(names, token)
+    assert names == [inner.name(i) for i in range(min(files, count))]
+    listed = list(names)
+    while token is not None:  # the pages after it: page_size names each, right after
+        page = json.loads(app_get(app, f"/list?next-marker={token}").body)
+        assert 0 < len(page["FileNames"]) <= 7
+        listed += page["FileNames"]
+        token = page.get("NextMarker")
+    assert listed == [inner.name(i) for i in range(files)]
+
+
+def test_huge_page_tokens_are_checked() -> None:
+    inner = SyntheticDataSet(100, 10, 0, parse_size_spec("10"))
+    huge = HugeFirstPage(inner, 15)
+    assert huge.page(huge.next_of_first())[0][0] == inner.name(15)
+    for start in (0, 14, 16, 100, 2**40):
+        with pytest.raises(ValueError):
+            huge.page(start.to_bytes(8, "big"))
+    plain = App(inner)
+    token = plain.tokens.encode(inner.cursor(1))  # a token of the plain data set
+    assert App(huge).handle("GET", f"/list?next-marker={token}", {}).status == 400

@@ -35,8 +35,8 @@ def new_handle(timeouts: Timeouts) -> pycurl.Curl:
     handle.setopt(pycurl.NOSIGNAL, 1)
     handle.setopt(pycurl.USERAGENT, USER_AGENT)
     handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(timeouts.connect_s * 1000))
-    # "Idle": fewer than 1 byte/s for idle_s seconds ends the attempt.
-    handle.setopt(pycurl.LOW_SPEED_LIMIT, 1)
+    # "Idle": slower than min_speed for idle_s seconds ends the attempt (a trickle too).
+    handle.setopt(pycurl.LOW_SPEED_LIMIT, timeouts.min_speed)
     handle.setopt(pycurl.LOW_SPEED_TIME, max(1, round(timeouts.idle_s)))
     if timeouts.total_s is not None:
         handle.setopt(pycurl.TIMEOUT_MS, int(timeouts.total_s * 1000))
@@ -44,6 +44,9 @@ def new_handle(timeouts: Timeouts) -> pycurl.Curl:
     handle.setopt(pycurl.MAXREDIRS, 5)
     handle.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
     handle.setopt(pycurl.REDIR_PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+    # Bodies are stored as sent: no Accept-Encoding, and no decoding of a Content-Encoding
+    # the server sends anyway (a gzip bomb stays a few KiB).
+    handle.setopt(pycurl.HTTP_CONTENT_DECODING, 0)
     handle.setopt(pycurl.TCP_NODELAY, 1)
     return handle
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
+import struct
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
@@ -13,7 +17,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from bulkfetch.server.dataset import DataSet, Entry
 from bulkfetch.server.faults import NO_FAULT, Decision, Fault, FaultPlan
-from bulkfetch.server.hostile import as_answer
+from bulkfetch.server.hostile import HugeFirstPage, as_answer
 from bulkfetch.server.tokens import BadToken, TokenCodec
 
 JSON = "application/json"
@@ -21,6 +25,12 @@ MARKER_PARAM = "next-marker"
 # Fixed error bodies, so the nginx export can answer byte-for-byte the same.
 BAD_TOKEN_BODY = b'{"error":"invalid or forged next-marker token"}\n'
 NOT_FOUND_BODY = b'{"error":"no such file"}\n'
+# --overlong-rate: sent after the announced Content-Length bytes, before the server closes.
+OVERLONG_TAIL = (b"<garbage past Content-Length, bulkfetch serve --overlong-rate>" + b"!" * 64)[:64]
+REDIRECTED_PARAM = "redirected"  # --redirect-to relative adds redirected=1
+FILE_REDIRECT = "file:///etc/passwd"
+LATEST_HTTP_DATE = 253402300799  # Fri, 31 Dec 9999 23:59:59 GMT: four-digit years only
+BOMB_ZEROS = 1 << 30  # --encoding-rate: the bomb decodes (twice) to 1 GiB of zeros
 
 
 @dataclass(slots=True)
@@ -48,6 +58,37 @@ def render_page(names: list[str], next_token: str | None) -> bytes:
 
 def http_date(epoch: float) -> str:
     return formatdate(epoch, usegmt=True)
+
+
+def retry_after_value(seconds: int, date_form: bool) -> str:
+    """Retry-After in seconds, or as the HTTP-date that many seconds ahead (capped at the
+    last date with a four-digit year, so an absurd --retry-after still gives a valid date)."""
+    if not date_form:
+        return str(seconds)
+    return http_date(min(math.ceil(time.time()) + seconds, LATEST_HTTP_DATE))
+
+
+@functools.cache
+def gzip_bomb() -> tuple[bytes, str]:
+    """gzip(gzip(BOMB_ZEROS zeros)) and its quoted hex MD5, built once per process.
+
+    The inner stream is one deflate segment (1 MiB of zeros, then a full flush, which resets
+    the compressor) repeated: every segment compresses to the same bytes, so only the CRC has
+    to pass over all the zeros. About 1 MiB inside, a few KiB on the wire."""
+    zeros = bytes(1 << 20)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    segment = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
+    last_block = zlib.compressobj(9, zlib.DEFLATED, -15).flush()
+    count = BOMB_ZEROS >> 20
+    crc = 0
+    for _ in range(count):
+        crc = zlib.crc32(zeros, crc)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # gzip, deflate, mtime 0, max
+    inner = (header + segment * count + last_block
+             + struct.pack("<II", crc, BOMB_ZEROS & 0xFFFFFFFF))
+    outer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    body = outer.compress(inner) + outer.flush()
+    return body, '"' + hashlib.md5(body).hexdigest() + '"'
 
 
 def _error(status: int, message: str, extra: list[tuple[str, str]] | None = None) -> Response:
@@ -98,57 +139,104 @@ class App:
         dataset: DataSet,
         faults: FaultPlan | None = None,
         show_total: bool = True,
+        port: int = 0,
     ) -> None:
         self.dataset = dataset
         self.tokens = TokenCodec(dataset.identity)
         self.faults = faults
         self.show_total = show_total
+        self.port = port  # where this server listens: --redirect-to other-host points there
+        self.trickle_interval = faults.config.trickle_interval if faults else 1.0
+        if faults is not None and faults.config.encoding_rate > 0:
+            gzip_bomb()  # built before the first request rather than while answering it
 
     def handle(self, method: str, target: str, headers: dict[str, str]) -> Response:
         if method not in ("GET", "HEAD"):
             return _error(405, f"method {method} not allowed", [("Allow", "GET, HEAD")])
         path, _, query = target.partition("?")
         if path == "/list":
-            decision = self._decide(target, corruptible=False)
+            decision = self._decide(target, corruptible=False, file=False)
             response = self._list(query)
         elif path.startswith("/get/"):
             decision = self._decide(target, corruptible=method == "GET")
+            denied = self.faults.denied(unquote_to_bytes(path[5:])) if self.faults else None
+            if denied is not None:
+                return self._deny(denied, decision)
             response = self._get(path[5:], method, headers)
         else:
             return Response(404, [("Content-Type", JSON)], NOT_FOUND_BODY)
-        return self._apply(decision, response)
+        return self._apply(decision, response, method, target, headers)
 
     # -- faults --------------------------------------------------------------------------
-    def _decide(self, target: str, corruptible: bool) -> Decision:
-        return self.faults.decide(target, corruptible) if self.faults else NO_FAULT
+    def _decide(self, target: str, corruptible: bool, file: bool = True) -> Decision:
+        return self.faults.decide(target, corruptible, file) if self.faults else NO_FAULT
 
-    def _apply(self, decision: Decision, response: Response) -> Response:
+    def _deny(self, status: int, decision: Decision) -> Response:
+        extra = [("WWW-Authenticate", 'Basic realm="bulkfetch"')] if status == 401 else []
+        denied = _error(status, "denied (injected, permanent)", extra)
+        denied.delay_s, denied.fault = decision.delay_s, Fault.DENY
+        return denied
+
+    def _apply(self, decision: Decision, response: Response, method: str = "GET",
+               target: str = "", headers: dict[str, str] | None = None) -> Response:
         fault = decision.fault
         response.delay_s = decision.delay_s
         if fault is Fault.NONE:
             return response
         if fault is Fault.FAIL:
-            status = 503 if decision.alternate else 500
-            failed = _error(status, "injected server error")
+            extra = []
+            if decision.alternate:  # 503: come back later, says Retry-After
+                assert self.faults is not None
+                extra.append(("Retry-After", retry_after_value(self.faults.config.retry_after,
+                                                               decision.date_form)))
+            failed = _error(503 if decision.alternate else 500, "injected server error", extra)
             failed.delay_s, failed.fault = decision.delay_s, fault
             return failed
         if fault is Fault.THROTTLE:
             assert self.faults is not None
-            wait = self.faults.config.retry_after
-            value = http_date(math.ceil(time.time()) + wait) if decision.alternate else str(wait)
+            value = retry_after_value(self.faults.config.retry_after, decision.alternate)
             throttled = _error(429, "slow down (injected)", [("Retry-After", value)])
             throttled.delay_s, throttled.fault = decision.delay_s, fault
             return throttled
-        has_body = response.content_length > 0 and response.status in (200, 206)
+        if fault is Fault.REDIRECT:
+            location = self._redirect_location(decision.redirect, target, headers or {})
+            if location is None:  # arrived through a redirect already: served normally
+                return response
+            moved = _error(302, "moved (injected)", [("Location", location)])
+            moved.delay_s, moved.fault = decision.delay_s, fault
+            return moved
+        if fault is Fault.STALL or fault is Fault.RESET:
+            response.fault = fault  # carried out by the connection
+            return response
+        # The rest change the body: only for a GET answered with one.
+        if not (method == "GET" and response.content_length > 0
+                and response.status in (200, 206)):
+            return response
         if fault is Fault.CORRUPT:
-            if has_body:
-                _corrupt(response)
-                response.fault = fault  # for the access log; the bytes are already wrong
-            return response
-        if fault is Fault.TRUNCATE and not has_body:
-            return response
-        response.fault = fault  # STALL, RESET, TRUNCATE: carried out by the connection
+            _corrupt(response)
+        elif fault is Fault.ENCODING:
+            response = _bombed(response)
+            response.delay_s = decision.delay_s
+        # CORRUPT, ENCODING: the bytes are set, the fault is for the access log; TRUNCATE,
+        # TRICKLE, OVERLONG: carried out by the connection.
+        response.fault = fault
         return response
+
+    def _redirect_location(self, kind: str, target: str, headers: dict[str, str]) -> str | None:
+        """Where a REDIRECT decision sends `target`; None when the request came through a
+        redirect already (Host localhost:PORT or redirected=1), except for `loop`."""
+        if kind == "loop":
+            return target
+        _, mark, query = target.partition("?")
+        arrived = (headers.get("host", "").lower() == f"localhost:{self.port}"
+                   or (REDIRECTED_PARAM, "1") in parse_qsl(query, keep_blank_values=True))
+        if arrived:
+            return None
+        if kind == "other-host":
+            return f"http://localhost:{self.port}{target}"
+        if kind == "file":
+            return FILE_REDIRECT
+        return f"{target}{'&' if mark else '?'}{REDIRECTED_PARAM}=1"  # relative
 
     # -- routes --------------------------------------------------------------------------
     def _list(self, query: str) -> Response:
@@ -164,12 +252,16 @@ class App:
         except ValueError:
             return Response(400, [("Content-Type", JSON)], BAD_TOKEN_BODY)
         token = None if answer.next_cursor is None else self.tokens.encode(answer.next_cursor)
-        body = render_page(answer.names, token)
-        if answer.malformed:
-            body = body[: len(body) // 2]
         headers = [("Content-Type", answer.content_type)]
         if self.show_total and self.dataset.total is not None:
             headers.append(("X-Total-Files", str(self.dataset.total)))
+        if answer.huge:
+            assert isinstance(self.dataset, HugeFirstPage)
+            length, chunks = self.dataset.first_page(token)
+            return Response(200, headers, chunks=chunks, length=length)
+        body = render_page(answer.names, token)
+        if answer.malformed:
+            body = body[: len(body) // 2]
         return Response(200, headers, body)
 
     def _get(self, quoted_name: str, method: str, headers: dict[str, str]) -> Response:
@@ -220,6 +312,15 @@ def _body_response(
     if stop - start <= 1 << 20:
         return Response(status, headers, b"".join(entry.read(start, stop)))
     return Response(status, headers, chunks=entry.read(start, stop), length=stop - start)
+
+
+def _bombed(response: Response) -> Response:
+    """The gzip bomb in place of `response`'s body: Content-Length and ETag are those of the
+    bytes sent; Range is ignored (200, whole bomb)."""
+    body, etag = gzip_bomb()
+    kept = [(k, v) for k, v in response.headers if k == "Last-Modified"]
+    return Response(200, [("Content-Type", "application/octet-stream"),
+                          ("Content-Encoding", "gzip, gzip"), ("ETag", etag), *kept], body)
 
 
 def _corrupt(response: Response) -> None:

@@ -81,6 +81,8 @@ def _refuse_dynamic_behaviour(options: ServeOptions) -> None:
         refused.append("--hostile-names")
     if options.bad_pages:
         refused.append("--bad-pages")
+    if options.huge_page is not None:
+        refused.append("--huge-page")
     if options.faults.active:
         refused.append("fault injection (--*-rate, --latency)")
     if refused:

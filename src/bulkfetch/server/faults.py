@@ -1,10 +1,14 @@
 """Deterministic fault injection: the same (seed, request target, attempt number) always gets
-the same fault, so a failing scenario can be replayed, yet a retried request can succeed."""
+the same fault, so a failing scenario can be replayed, yet a retried request can succeed.
+
+One fault is decided per name rather than per attempt: --deny-rate picks names from
+(seed, name) alone, so every attempt at a denied name gets the same permanent error."""
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import math
 from dataclasses import dataclass
 
 from bulkfetch.errors import UsageError
@@ -14,14 +18,48 @@ class Fault(enum.Enum):
     NONE = "none"
     STALL = "stall"  # accept, read the request, never answer
     RESET = "reset"  # TCP reset instead of an answer
-    FAIL = "fail"  # 500 or 503
+    FAIL = "fail"  # 500, or 503 with Retry-After
     THROTTLE = "throttle"  # 429 with Retry-After (seconds or HTTP-date form)
     TRUNCATE = "truncate"  # full Content-Length announced, connection closed mid-body
     CORRUPT = "corrupt"  # right length, wrong bytes
+    TRICKLE = "trickle"  # head at once, then the body one byte per --trickle-interval
+    OVERLONG = "overlong"  # the announced bytes, then garbage past Content-Length, close
+    REDIRECT = "redirect"  # 302 elsewhere: another host name, file://, itself, ?redirected=1
+    ENCODING = "encoding"  # Content-Encoding: gzip, gzip over a gzip bomb
+    DENY = "deny"  # per name, not per attempt: 400, 401, 403, 404 or 410 every time
 
 
-_ORDER = (Fault.STALL, Fault.RESET, Fault.FAIL, Fault.THROTTLE, Fault.TRUNCATE, Fault.CORRUPT)
+# Per-attempt faults in the order their rates are stacked on [0, 1). New faults go at the
+# end, so the decisions of an existing configuration stay what they were.
+PER_ATTEMPT = (
+    Fault.STALL,
+    Fault.RESET,
+    Fault.FAIL,
+    Fault.THROTTLE,
+    Fault.TRUNCATE,
+    Fault.CORRUPT,
+    Fault.TRICKLE,
+    Fault.OVERLONG,
+    Fault.REDIRECT,
+    Fault.ENCODING,
+)
+_ORDER = PER_ATTEMPT
 _ATTEMPTS_KEPT = 1_000_000
+
+REDIRECT_KINDS = ("other-host", "file", "loop", "relative")
+DENY_STATUSES = (400, 401, 403, 404, 410)
+
+
+def parse_redirect_kinds(text: str) -> tuple[str, ...]:
+    """'file,loop' -> ('file', 'loop'), in REDIRECT_KINDS order; 'all' -> every kind."""
+    words = {word.strip() for word in text.split(",") if word.strip()}
+    if words == {"all"}:
+        return REDIRECT_KINDS
+    unknown = words - set(REDIRECT_KINDS)
+    if unknown or not words:
+        raise UsageError(f"--redirect-to {text!r}: choose from {', '.join(REDIRECT_KINDS)} "
+                         "(comma-separated) or all")
+    return tuple(kind for kind in REDIRECT_KINDS if kind in words)
 
 
 @dataclass(frozen=True)
@@ -32,8 +70,15 @@ class FaultConfig:
     throttle_rate: float = 0.0
     truncate_rate: float = 0.0
     corrupt_rate: float = 0.0
+    trickle_rate: float = 0.0
+    overlong_rate: float = 0.0
+    redirect_rate: float = 0.0
+    encoding_rate: float = 0.0
+    deny_rate: float = 0.0  # per name; not part of the per-attempt sum
     latency_ms: tuple[float, float] = (0.0, 0.0)
     retry_after: int = 1
+    trickle_interval: float = 1.0
+    redirect_to: tuple[str, ...] = REDIRECT_KINDS
 
     def __post_init__(self) -> None:
         rates = self.rates()
@@ -42,10 +87,19 @@ class FaultConfig:
                 raise UsageError(f"--{fault.value}-rate must be between 0 and 1, got {rate}")
         if sum(rates) > 1.0 + 1e-9:  # 0.2 + 0.4 + 0.3 + 0.1 is 1.0000000000000002
             raise UsageError("the fault rates add up to more than 1")
+        if not 0.0 <= self.deny_rate <= 1.0:
+            raise UsageError(f"--deny-rate must be between 0 and 1, got {self.deny_rate}")
         if self.retry_after < 0:
             raise UsageError("--retry-after must be >= 0 seconds")
+        if not (math.isfinite(self.trickle_interval) and self.trickle_interval > 0):
+            raise UsageError(f"--trickle-interval must be > 0 seconds, "
+                             f"got {self.trickle_interval}")
+        unknown = set(self.redirect_to) - set(REDIRECT_KINDS)
+        if unknown or not self.redirect_to:
+            raise UsageError(f"--redirect-to: choose from {', '.join(REDIRECT_KINDS)}")
 
     def rates(self) -> tuple[float, ...]:
+        """The per-attempt rates, in PER_ATTEMPT order."""
         return (
             self.stall_rate,
             self.reset_rate,
@@ -53,11 +107,15 @@ class FaultConfig:
             self.throttle_rate,
             self.truncate_rate,
             self.corrupt_rate,
+            self.trickle_rate,
+            self.overlong_rate,
+            self.redirect_rate,
+            self.encoding_rate,
         )
 
     @property
     def active(self) -> bool:
-        return any(self.rates()) or self.latency_ms[1] > 0
+        return any(self.rates()) or self.deny_rate > 0 or self.latency_ms[1] > 0
 
 
 def parse_latency(text: str) -> tuple[float, float]:
@@ -77,6 +135,8 @@ class Decision:
     fault: Fault
     delay_s: float
     alternate: bool  # FAIL: 503 instead of 500; THROTTLE: HTTP-date instead of seconds
+    date_form: bool = False  # FAIL's 503: Retry-After as an HTTP-date instead of seconds
+    redirect: str = ""  # REDIRECT: one of REDIRECT_KINDS
 
 
 NO_FAULT = Decision(Fault.NONE, 0.0, False)
@@ -87,6 +147,7 @@ class FaultPlan:
         self.config = config
         self._seed = seed
         self._attempts: dict[str, int] = {}
+        self._looping: set[str] = set()  # targets sent a `loop` redirect: redirected forever
         cumulative, bounds = 0.0, []
         for fault, rate in zip(_ORDER, config.rates(), strict=True):
             cumulative += rate
@@ -101,7 +162,10 @@ class FaultPlan:
         self._attempts[target] = count + 1
         return count
 
-    def decide(self, target: str, corruptible: bool) -> Decision:
+    def decide(self, target: str, corruptible: bool, file: bool = True) -> Decision:
+        """`corruptible`: a GET of a file, whose bytes may be replaced (corrupt, encoding);
+        `file`: a request for a file (GET or HEAD), which may be redirected; list pages are
+        not, so a redirect to file:// or a loop fails one file, not the listing."""
         if not self.config.active:
             return NO_FAULT
         attempt = self.attempt(target)
@@ -112,8 +176,30 @@ class FaultPlan:
             if unit < limit:
                 fault = candidate
                 break
-        if fault is Fault.CORRUPT and not corruptible:
+        if (fault in (Fault.CORRUPT, Fault.ENCODING) and not corruptible) or (
+            fault is Fault.REDIRECT and not file
+        ):
             fault = Fault.NONE
         low, high = self.config.latency_ms
         delay = (low + (high - low) * int.from_bytes(h[8:12], "big") / 2**32) / 1000.0
-        return Decision(fault, delay, bool(h[12] & 1))
+        redirect = ""
+        if file and target in self._looping:  # following a loop never gets out of it
+            fault, redirect = Fault.REDIRECT, "loop"
+        elif fault is Fault.REDIRECT:
+            kinds = self.config.redirect_to
+            redirect = kinds[int.from_bytes(h[13:15], "big") % len(kinds)]
+            if redirect == "loop":
+                if len(self._looping) >= _ATTEMPTS_KEPT:
+                    self._looping.clear()
+                self._looping.add(target)
+        return Decision(fault, delay, bool(h[12] & 1), bool(h[12] & 2), redirect)
+
+    def denied(self, name: bytes) -> int | None:
+        """The permanent error status for file `name`, or None: from (seed, name) alone."""
+        rate = self.config.deny_rate
+        if rate <= 0:
+            return None
+        h = hashlib.blake2b(f"{self._seed}/deny/".encode() + name, digest_size=16).digest()
+        if int.from_bytes(h[:8], "big") / 2**64 >= rate:
+            return None
+        return DENY_STATUSES[int.from_bytes(h[8:12], "big") % len(DENY_STATUSES)]

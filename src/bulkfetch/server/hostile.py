@@ -1,4 +1,5 @@
-"""Overlays that make a data set hostile: attack names in listings, and broken pagination.
+"""Overlays that make a data set hostile: attack names in listings, broken pagination, and
+a first list page far larger than the page size.
 
 Both are deterministic, so a test can name exactly what it expects a client to reject.
 """
@@ -6,6 +7,8 @@ Both are deterministic, so a test can name exactly what it expects a client to r
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bulkfetch.server.dataset import EPOCH_2025, BytesEntry, DataSet, Entry, SyntheticDataSet
@@ -85,6 +88,7 @@ class PageAnswer:
     next_cursor: bytes | None
     content_type: str = "application/json"
     malformed: bool = False
+    huge: bool = False  # HugeFirstPage's first page: names left out, streamed by first_page()
 
 
 class BadPages:
@@ -150,8 +154,68 @@ class BadPages:
         return answer.names, answer.next_cursor
 
 
+class HugeFirstPage:
+    """The first page lists the first `count` names (--huge-page) instead of page_size; the
+    pages after it hold page_size names each, starting right after them. Cursors are start
+    indexes (8 bytes), bound to `count` by the identity. The first page is never built as a
+    list: first_page() streams its exact bytes in chunks and knows their length up front."""
+
+    BATCH = 4096  # names a chunk: ~60 KB, about the transport's high-water mark
+
+    def __init__(self, inner: SyntheticDataSet, count: int) -> None:
+        if count < 1:
+            raise ValueError("the huge page needs at least one name")
+        self.inner = inner
+        self.count = min(count, inner.files)
+        self.page_size = inner.page_size
+        self.total: int | None = inner.files
+        self.identity = f"{inner.identity}/huge:{self.count}"
+        # Every name of a synthetic data set has the same length and needs no JSON escape.
+        self._name_bytes = len(inner.name(0)) if inner.files else 0
+
+    def lookup(self, name: str) -> Entry | None:
+        return self.inner.lookup(name)
+
+    def _start(self, cursor: bytes) -> int:
+        if len(cursor) != 8:
+            raise ValueError("cursor of a different data set")
+        start = int.from_bytes(cursor, "big")
+        if not self.count <= start < self.inner.files or (start - self.count) % self.page_size:
+            raise ValueError("cursor out of range")
+        return start
+
+    def _following(self, stop: int) -> bytes | None:
+        return stop.to_bytes(8, "big") if stop < self.inner.files else None
+
+    def page(self, cursor: bytes | None) -> tuple[list[str], bytes | None]:
+        start = 0 if cursor is None else self._start(cursor)
+        stop = min(self.inner.files, start + (self.count if cursor is None else self.page_size))
+        return [self.inner.name(i) for i in range(start, stop)], self._following(stop)
+
+    def next_of_first(self) -> bytes | None:
+        return self._following(self.count)
+
+    def first_page(self, token: str | None) -> tuple[int, Iterator[bytes]]:
+        """(Content-Length, chunks) of the first page: render_page's bytes, name by name."""
+        tail = (b"" if token is None else b',"NextMarker":' + json.dumps(token).encode("ascii"))
+        tail = b"]" + tail + b"}\n"
+        head = b'{"FileNames":['
+        count = self.count
+        length = len(head) + count * (self._name_bytes + 2) + max(0, count - 1) + len(tail)
+        return length, self._chunks(head, tail)
+
+    def _chunks(self, head: bytes, tail: bytes) -> Iterator[bytes]:
+        name = self.inner.name
+        for start in range(0, self.count, self.BATCH):
+            names = '","'.join(name(i) for i in range(start, min(self.count, start + self.BATCH)))
+            yield (head if start == 0 else b",") + b'"' + names.encode("ascii") + b'"'
+        yield (head if self.count == 0 else b"") + tail
+
+
 def as_answer(dataset: DataSet, cursor: bytes | None) -> PageAnswer:
     if isinstance(dataset, BadPages):
         return dataset.answer(cursor)
+    if isinstance(dataset, HugeFirstPage) and cursor is None:
+        return PageAnswer([], dataset.next_of_first(), huge=True)
     names, following = dataset.page(cursor)
     return PageAnswer(names, following)

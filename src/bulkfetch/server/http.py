@@ -2,22 +2,24 @@
 
 It speaks just what the seed API needs: GET and HEAD, keep-alive, pipelining, streamed large
 bodies under flow control, and the faults that must happen on the wire (stall, reset,
-truncate)."""
+truncate, trickle, overlong)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 
-from bulkfetch.server.app import App, Response, http_date
+from bulkfetch.server.app import OVERLONG_TAIL, App, Response, http_date
 from bulkfetch.server.faults import Fault
 
 MAX_HEAD = 64 * 1024
-AccessLog = Callable[[str, str, int, int, Fault], None]
+# method, target, status, Content-Length, fault, Authorization sent?, Host header (or None)
+AccessLog = Callable[[str, str, int, int, Fault, bool, str | None], None]
 
 _REASONS = {status.value: status.phrase for status in HTTPStatus}
 
@@ -51,6 +53,7 @@ class HttpConnection(asyncio.Protocol):
         self.write_paused = False
         self.streaming: Iterator[bytes] | None = None
         self.stream_keep_alive = True
+        self.trickle: asyncio.TimerHandle | None = None  # next byte of a trickled body
 
     # -- asyncio callbacks ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -62,6 +65,9 @@ class HttpConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.streaming = None
+        if self.trickle is not None:
+            self.trickle.cancel()
+            self.trickle = None
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -113,7 +119,7 @@ class HttpConnection(asyncio.Protocol):
         response = self.app.handle(method, target, headers)
         if self.access_log is not None:
             self.access_log(method, target, response.status, response.content_length,
-                            response.fault)
+                            response.fault, "authorization" in headers, headers.get("host"))
         if response.delay_s > 0:
             self.busy = True
             asyncio.get_running_loop().call_later(
@@ -150,16 +156,33 @@ class HttpConnection(asyncio.Protocol):
             transport.write(head + body[: max(0, min(len(body), length) // 2)])
             self._close()
             return
-        elif response.chunks is not None:
+        elif response.fault is Fault.TRICKLE:
             transport.write(head)
             self.busy = True
-            self.streaming = response.chunks
-            self.stream_keep_alive = keep_alive
-            self._pump()
+            chunks = iter([response.body]) if response.chunks is None else response.chunks
+            self._schedule_trickle(chunks, b"", 0, keep_alive)
+            return
+        elif response.fault is Fault.OVERLONG:  # the announced bytes, garbage, then close
+            if response.chunks is None:
+                transport.write(head + response.body + OVERLONG_TAIL)
+                self._close()
+                return
+            transport.write(head)
+            self._stream(itertools.chain(response.chunks, [OVERLONG_TAIL]), keep_alive=False)
+            return
+        elif response.chunks is not None:
+            transport.write(head)
+            self._stream(response.chunks, keep_alive)
             return
         else:
             transport.write(head + response.body)
         self._finish(keep_alive)
+
+    def _stream(self, chunks: Iterator[bytes], keep_alive: bool) -> None:
+        self.busy = True
+        self.streaming = chunks
+        self.stream_keep_alive = keep_alive
+        self._pump()
 
     def _pump(self) -> None:
         assert self.transport is not None
@@ -170,6 +193,31 @@ class HttpConnection(asyncio.Protocol):
                 self._finish(self.stream_keep_alive)
                 return
             self.transport.write(chunk)
+
+    def _schedule_trickle(self, chunks: Iterator[bytes], chunk: bytes, offset: int,
+                          keep_alive: bool) -> None:
+        self.trickle = asyncio.get_running_loop().call_later(
+            self.app.trickle_interval, self._trickle_byte, chunks, chunk, offset, keep_alive
+        )
+
+    def _trickle_byte(self, chunks: Iterator[bytes], chunk: bytes, offset: int,
+                      keep_alive: bool) -> None:
+        """One byte of the body now, the next one an interval later: a timer, never a sleep,
+        so the loop serves everyone else meanwhile. Ends when the client goes away."""
+        self.trickle = None
+        if self.closing or self.transport is None:
+            return
+        if offset >= len(chunk):
+            chunk, offset = next((c for c in chunks if c), b""), 0
+        if chunk:
+            self.transport.write(chunk[offset : offset + 1])
+            offset += 1
+            if offset >= len(chunk):  # was that the last byte of the body?
+                chunk, offset = next((c for c in chunks if c), b""), 0
+        if not chunk:
+            self._finish(keep_alive)
+            return
+        self._schedule_trickle(chunks, chunk, offset, keep_alive)
 
     def _finish(self, keep_alive: bool) -> None:
         if not keep_alive:

@@ -9,7 +9,7 @@ from bulkfetch.errors import UsageError
 from bulkfetch.server.app import App
 from bulkfetch.server.dataset import DataSet, SyntheticDataSet
 from bulkfetch.server.faults import FaultConfig, FaultPlan
-from bulkfetch.server.hostile import BAD_PAGE_KINDS, BadPages, HostileNames
+from bulkfetch.server.hostile import BAD_PAGE_KINDS, BadPages, HostileNames, HugeFirstPage
 from bulkfetch.server.sizes import SizeSpec, parse_size_spec
 from bulkfetch.server.tree import FileTree
 
@@ -26,6 +26,7 @@ class ServeOptions:
     faults: FaultConfig = field(default_factory=FaultConfig)
     hostile_names: bool = False
     bad_pages: frozenset[str] = frozenset()
+    huge_page: int | None = None  # names on the first list page, streamed; None: page_size
     host: str = "127.0.0.1"
     port: int = 8000
     processes: int = 1
@@ -46,6 +47,12 @@ class ServeOptions:
                 f"--bad-pages: unknown kind {', '.join(sorted(unknown))}; "
                 f"choose from {', '.join(BAD_PAGE_KINDS)}"
             )
+        if self.huge_page is not None:
+            if self.huge_page < 1:
+                raise UsageError(f"--huge-page must be >= 1, got {self.huge_page}")
+            if self.root is not None or self.hostile_names or self.bad_pages:
+                raise UsageError("--huge-page works on the plain synthetic data set, not with "
+                                 "--root, --hostile-names or --bad-pages")
         if self.root is not None:
             if not os.path.isdir(self.root):
                 raise UsageError(f"--root {self.root!r} is not a directory")
@@ -56,6 +63,11 @@ class ServeOptions:
     def describe(self) -> str:
         if self.root is not None:
             return f"files under {os.path.realpath(self.root)}, {self.page_size:,} names a page"
+        if self.huge_page is not None:
+            first = min(self.huge_page, self.files)
+            rest = -(-(self.files - first) // self.page_size)
+            return (f"{self.files:,} files, a first page of {first:,} and {rest:,} "
+                    f"of {self.page_size:,}, {self.file_size.describe()}, seed {self.seed}")
         pages = max(1, -(-self.files // self.page_size))
         return (f"{self.files:,} files, {pages:,} page{'s' if pages != 1 else ''} "
                 f"of {self.page_size:,}, "
@@ -68,6 +80,9 @@ def build_dataset(options: ServeOptions) -> DataSet:
     dataset: DataSet = SyntheticDataSet(
         options.files, options.page_size, options.seed, options.file_size, options.nested
     )
+    if options.huge_page is not None:
+        assert isinstance(dataset, SyntheticDataSet)
+        return HugeFirstPage(dataset, options.huge_page)
     if options.hostile_names:
         assert isinstance(dataset, SyntheticDataSet)
         dataset = HostileNames(dataset)
@@ -77,6 +92,8 @@ def build_dataset(options: ServeOptions) -> DataSet:
     return dataset
 
 
-def build_app(options: ServeOptions) -> App:
+def build_app(options: ServeOptions, port: int | None = None) -> App:
+    """`port`: where the server really listens (with --port 0, known only once bound)."""
     faults = FaultPlan(options.faults, options.seed) if options.faults.active else None
-    return App(build_dataset(options), faults, show_total=options.show_total)
+    return App(build_dataset(options), faults, show_total=options.show_total,
+               port=options.port if port is None else port)

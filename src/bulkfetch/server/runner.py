@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from typing import TextIO
+from urllib.parse import quote
 
 from bulkfetch.server.faults import Fault
 from bulkfetch.server.http import AccessLog, HttpConnection
@@ -37,14 +38,27 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def log_host(host: str | None) -> str:
+    """The Host header as one access-log field: '-' when absent or empty, else
+    percent-encoded (spaces, '%' and control bytes never reach the log as such)."""
+    if not host:
+        return "-"
+    return "%2D" if host == "-" else quote(host, safe=":[]@!$&'()*+,;=")
+
+
 def _access_logger(target: str | None) -> AccessLog | None:
+    """One line a request: TIME PID METHOD TARGET STATUS LENGTH FAULT AUTH HOST, where AUTH
+    is yes/no (an Authorization header was sent; its value is never logged) and HOST is the
+    Host header (log_host)."""
     if target is None:
         return None
     stream: TextIO = sys.stderr if target == "-" else open(target, "a", buffering=1)  # noqa: SIM115
     pid = os.getpid()
 
-    def log(method: str, path: str, status: int, length: int, fault: Fault) -> None:
-        stream.write(f"{time.time():.3f} {pid} {method} {path} {status} {length} {fault.value}\n")
+    def log(method: str, path: str, status: int, length: int, fault: Fault,
+            authorization: bool, host: str | None) -> None:
+        stream.write(f"{time.time():.3f} {pid} {method} {path} {status} {length} {fault.value} "
+                     f"{'yes' if authorization else 'no'} {log_host(host)}\n")
 
     return log
 
@@ -59,7 +73,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 def _serve_socket(options: ServeOptions, sock: socket.socket, ready: Callable[[], None]) -> None:
     """Serve on `sock` in this process until SIGINT or SIGTERM."""
-    app = build_app(options)
+    app = build_app(options, port=sock.getsockname()[1])
     log = _access_logger(options.access_log)
     loop = _new_loop()
     asyncio.set_event_loop(loop)

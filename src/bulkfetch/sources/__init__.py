@@ -11,7 +11,8 @@ from bulkfetch.sources.urllist import UrlListSource
 def make_source(options: GetOptions) -> Source:
     if options.from_file:
         return UrlListSource(options.source)
-    return FileServerSource(options.source, options.shape, options.timeouts)
+    return FileServerSource(options.source, options.shape, options.timeouts,
+                            options.limits.max_page_size)
 
 
 __all__ = ["FileServerSource", "ListedPage", "ListingError", "Source", "UrlListSource",

@@ -9,7 +9,7 @@ from urllib.parse import quote, urlsplit
 
 import pycurl
 
-from bulkfetch.config import SourceShape, Timeouts
+from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, SourceShape, Timeouts
 from bulkfetch.engine.curl import header_value, new_handle, retry_after_seconds, retryable_status
 from bulkfetch.errors import UsageError
 from bulkfetch.names import all_plain, is_plain
@@ -26,13 +26,15 @@ def redact(url: str) -> str:
 
 
 class FileServerSource:
-    def __init__(self, base_url: str, shape: SourceShape, timeouts: Timeouts) -> None:
+    def __init__(self, base_url: str, shape: SourceShape, timeouts: Timeouts,
+                 max_page_size: int = DEFAULT_MAX_PAGE_SIZE) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(f"URL {base_url!r} must be http:// or https:// with a host")
         self.base = base_url.rstrip("/")
         self.shape = shape
         self.timeouts = timeouts
+        self.max_page_size = max_page_size
         self._handle: pycurl.Curl | None = None
         prefix, _, suffix = shape.get_template.partition("{name}")
         self._get_prefix, self._get_suffix = self.base + prefix, suffix
@@ -92,6 +94,8 @@ class FileServerSource:
     def _get(self, url: str, where: str) -> tuple[int, list[bytes], bytes]:
         if self._handle is None:
             self._handle = new_handle(self.timeouts)
+            # libcurl refuses a larger announced Content-Length and stops a longer body.
+            self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
         handle = self._handle
         body, headers = io.BytesIO(), []
         handle.setopt(pycurl.URL, url)
@@ -101,6 +105,11 @@ class FileServerSource:
             handle.perform()
         except pycurl.error as exc:
             code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
+            if code == pycurl.E_FILESIZE_EXCEEDED:
+                raise ListingError(
+                    f"{where}: the page is larger than {self.max_page_size:,} bytes; a server "
+                    "sending pages this large is broken or hostile (raise --max-page-size "
+                    "if you trust it)", retryable=False) from None
             raise ListingError(f"{where}: {message} (curl error {code})", retryable=True) from None
         status = int(handle.getinfo(pycurl.RESPONSE_CODE))
         # After redirects only the last response's headers count.

@@ -1,0 +1,169 @@
+"""`bulkfetch serve`: flags -> ServeOptions -> run. Only click is imported here; the server's
+modules load when the command runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from bulkfetch.errors import UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
+    return click.option(name, type=click.FloatRange(0, 1), default=0.0, show_default=True,
+                        metavar="P", help=help_text)
+
+
+@click.command(context_settings=CONTEXT)
+@click.option("--files", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Number of synthetic files (any size: nothing is stored, so 10^10 is fine).")
+@click.option("--page-size", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Names per list page.")
+@click.option("--file-size", default="100", show_default=True, metavar="SPEC",
+              help="Bytes per file: N, 'uniform:MIN:MAX' or 'lognormal:MEDIAN:SIGMA:MAX' "
+                   "(k/m/g suffixes allowed).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of names, bodies and faults: same seed, same data, same faults.")
+@click.option("--nested", is_flag=True, help="Names with subdirectories, e.g. 07/42/f0000074213.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Serve the real files under this directory instead of synthetic ones.")
+@click.option("--no-total", is_flag=True, help="Leave out the X-Total-Files header on list pages.")
+@_rate("--fail-rate", "Answer this share of requests with 500, or 503 with Retry-After "
+                      "(seconds or HTTP-date, as --retry-after says).")
+@_rate("--throttle-rate", "Answer this share with 429 and Retry-After (seconds or HTTP-date).")
+@click.option("--retry-after", type=click.IntRange(min=0), default=1, show_default=True,
+              metavar="SECONDS",
+              help="Retry-After sent with 429 and 503 answers; any size (1000000000 too): the "
+                   "HTTP-date form stops at the year 9999.")
+@click.option("--latency", default=None, metavar="MS|MIN-MAX",
+              help="Delay every answer by MS milliseconds, or uniformly MIN-MAX.")
+@_rate("--truncate-rate", "Announce the full length but close the connection mid-body.")
+@_rate("--corrupt-rate", "Send the right length with wrong bytes (the ETag no longer matches).")
+@_rate("--reset-rate", "Reset the connection (TCP RST) instead of answering.")
+@_rate("--stall-rate", "Read the request and never answer.")
+@_rate("--trickle-rate", "Send the head (full Content-Length) at once, then the body one byte "
+                         "every --trickle-interval; stops when the client goes away.")
+@click.option("--trickle-interval", type=click.FloatRange(min=0.001), default=1.0,
+              show_default=True, metavar="SECONDS", help="Pause between trickled body bytes.")
+@_rate("--overlong-rate", "Send the Content-Length bytes, then 64 garbage bytes past them, "
+                          "then close the connection.")
+@_rate("--redirect-rate", "Answer 302 to the place --redirect-to picks (per request).")
+@click.option("--redirect-to", default="all", show_default=True, metavar="KIND[,KIND...]",
+              help="Redirect kinds to pick from: other-host (same target on "
+                   "http://localhost:PORT), file (file:///etc/passwd), loop (the same target, "
+                   "for ever after), relative (same target plus redirected=1). Requests "
+                   "with Host localhost:PORT or redirected=1 are not redirected again, "
+                   "except by loop.")
+@_rate("--encoding-rate", "Answer file GETs with 'Content-Encoding: gzip, gzip' over a gzip "
+                          "bomb: ~2.5 KB sent, 1 GiB of zeros decoded (ETag: MD5 of the bytes "
+                          "sent).")
+@click.option("--deny-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              metavar="P",
+              help="Deny this share of file NAMES, every attempt alike, with 400, 401, 403, "
+                   "404 or 410 (by name). Not part of the per-request rates' sum of at most 1.")
+@click.option("--huge-page", type=click.IntRange(min=1), default=None, metavar="N",
+              help="The first list page holds the first N names (at most --files), streamed; "
+                   "later pages hold --page-size names from there on.")
+@click.option("--hostile-names", is_flag=True,
+              help="Mix path-traversal, malformed and colliding names into the first page.")
+@click.option("--bad-pages", "bad_pages", is_flag=False, flag_value="all", default=None,
+              metavar="[KINDS]",
+              help="Break pagination: comma list of empty, repeat, content-type, malformed, "
+                   "loop (default with no value: all; pages 1, 1, 2, 3 and the last).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to listen on; 0 picks a free one.")
+@click.option("--processes", type=click.IntRange(min=1), default=None,
+              help="Server processes sharing the port (SO_REUSEPORT). [default: cores]")
+@click.option("--access-log", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="Log every request to FILE (no value: stderr). Off by default. Fields: "
+                   "time pid method target status length fault auth(yes/no) host.")
+@click.option("--export-static", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Instead of serving, write the data set as files, pre-rendered list pages "
+                   "and an nginx config serving the identical API, then exit.")
+def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
+          root: str | None, no_total: bool, fail_rate: float, throttle_rate: float,
+          retry_after: int, latency: str | None, truncate_rate: float, corrupt_rate: float,
+          reset_rate: float, stall_rate: float, trickle_rate: float, trickle_interval: float,
+          overlong_rate: float, redirect_rate: float, redirect_to: str, encoding_rate: float,
+          deny_rate: float, huge_page: int | None, hostile_names: bool,
+          bad_pages: str | None, host: str, port: int, processes: int | None,
+          access_log: str | None, export_static: str | None) -> None:
+    """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME.
+
+    The first line on stdout is 'serving http://HOST:PORT ...'. Stop it with Ctrl-C.
+    """
+    from bulkfetch.server.faults import FaultConfig, parse_latency, parse_redirect_kinds
+    from bulkfetch.server.hostile import BAD_PAGE_KINDS
+    from bulkfetch.server.options import ServeOptions
+    from bulkfetch.server.runner import is_loopback
+    from bulkfetch.server.runner import serve as run_server
+    from bulkfetch.server.sizes import parse_size_spec
+
+    kinds: frozenset[str] = frozenset()
+    if bad_pages is not None:
+        kinds = frozenset(BAD_PAGE_KINDS) if bad_pages == "all" else frozenset(
+            k.strip() for k in bad_pages.split(",") if k.strip())
+    try:
+        options = ServeOptions(
+            files=files,
+            page_size=page_size,
+            file_size=parse_size_spec(file_size),
+            seed=seed,
+            nested=nested,
+            root=root,
+            show_total=not no_total,
+            faults=FaultConfig(
+                stall_rate=stall_rate,
+                reset_rate=reset_rate,
+                fail_rate=fail_rate,
+                throttle_rate=throttle_rate,
+                truncate_rate=truncate_rate,
+                corrupt_rate=corrupt_rate,
+                trickle_rate=trickle_rate,
+                overlong_rate=overlong_rate,
+                redirect_rate=redirect_rate,
+                encoding_rate=encoding_rate,
+                deny_rate=deny_rate,
+                latency_ms=parse_latency(latency) if latency else (0.0, 0.0),
+                retry_after=retry_after,
+                trickle_interval=trickle_interval,
+                redirect_to=parse_redirect_kinds(redirect_to),
+            ),
+            hostile_names=hostile_names,
+            bad_pages=kinds,
+            huge_page=huge_page,
+            host=host,
+            port=port,
+            processes=processes or os.cpu_count() or 1,
+            access_log=access_log,
+        )
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    if export_static:
+        from bulkfetch.server.export import export_static as write_export
+
+        try:
+            write_export(options, export_static, progress=True)
+        except UsageError as exc:
+            raise click.UsageError(str(exc)) from None
+        return
+    if not is_loopback(options.host):
+        click.echo(f"warning: listening on {options.host}, which is not a loopback address; "
+                   "anyone who can reach it can read the data set", err=True)
+
+    def announce(line: str) -> None:
+        click.echo(line)
+        sys.stdout.flush()
+
+    try:
+        code = run_server(options, announce)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {options.host}:{options.port}: "
+                                   f"{exc.strerror or exc}") from None
+    sys.exit(code)
