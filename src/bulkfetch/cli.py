@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 import click
 
 from bulkfetch import __version__
-from bulkfetch.errors import UsageError
+from bulkfetch.errors import BulkfetchError, UsageError
 
 if TYPE_CHECKING:
     from bulkfetch.config import GetOptions
@@ -71,6 +71,13 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
         report = run(options, on_progress=display.update)
     except UsageError as exc:
         raise _usage(exc) from None
+    except BulkfetchError as exc:  # run() reports most stops in the Report; this is the net
+        raise click.ClickException(f"{exc}. Rerun the same command to resume.") from None
+    except KeyboardInterrupt:  # Ctrl-C before the run installed its own handler
+        display.stop()
+        click.echo("bulkfetch: interrupted while starting. Rerun the same command to resume.",
+                   err=True)
+        sys.exit(130)
     finally:
         display.stop()
     if not quiet:

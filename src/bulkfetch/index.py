@@ -175,8 +175,47 @@ def recover(dest: Path, is_done: Callable[[int], bool]) -> list[PageReport]:
     return sorted(missing, key=lambda report: report.seq)
 
 
+def forget_pages(dest: Path) -> None:
+    """--restart: the shards of earlier runs stay, readable as before, but their page reports
+    no longer count for the new journal (recover() would mark those pages done unfetched).
+    Each name is stored again by the new run; its row then points into the new shard, and
+    drop_superseded() deletes an old shard once no row points into it. So a re-fetch that
+    fails never costs the older good copy. Raises sqlite3.Error if the index is unusable."""
+    if not (Path(dest) / INDEX_NAME).is_file():
+        return
+    with contextlib.closing(connect(dest)) as conn:
+        conn.execute("UPDATE shards SET pages = '[]' WHERE pages != '[]'")
+
+
+def drop_superseded(dest: Path) -> list[str]:
+    """Delete the shards no member row points into any more (every name in them was stored
+    again in a later shard): rows first, then files; a file left by a kill in between has no
+    rows, and recover() deletes it at the next start. Only while no worker writes. Returns
+    the shard files deleted."""
+    if not (Path(dest) / INDEX_NAME).is_file():
+        return []
+    with contextlib.closing(connect(dest)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            files = [file for (file,) in conn.execute(
+                "SELECT file FROM shards WHERE NOT EXISTS "
+                "(SELECT 1 FROM members WHERE members.shard = shards.id)")]
+            conn.execute("DELETE FROM shards WHERE NOT EXISTS "
+                         "(SELECT 1 FROM members WHERE members.shard = shards.id)")
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+    for file in files:
+        if SHARD_RE.match(file):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(Path(dest) / file)
+    return files
+
+
 def remove_all(dest: Path) -> None:
-    """--restart: forget every shard and the index (they belong to the old run)."""
+    """Forget every shard and the index (when the index is unusable for forget_pages())."""
     dest = Path(dest)
     for suffix in ("", "-wal", "-shm", "-journal"):
         with contextlib.suppress(FileNotFoundError):

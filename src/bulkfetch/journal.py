@@ -25,7 +25,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -42,6 +41,7 @@ from bulkfetch.errors import (
     TokenLoop,
 )
 from bulkfetch.models import Failure, PageReport
+from bulkfetch.redact import redact_text, redact_value
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x62664A31  # "bfJ1": marks the file as a bulkfetch journal
@@ -166,31 +166,25 @@ def _enc(value: str) -> str | bytes:
     return value.encode("utf-8", "surrogatepass")
 
 
+def _name(name: str) -> str | bytes:
+    """A file name as journaled: encoded, and masked when it is a whole URL that may carry a
+    secret (an unusable --from-file line is reported under the line itself)."""
+    return _enc(redact_text(name))
+
+
 def _dec(value: str | bytes) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
 
 
 def _text(value: str) -> str:
-    """Free text (reasons, errors) made storable; for display only."""
+    """Free text (reasons, errors) made storable, URL secrets masked; for display only."""
+    value = redact_text(value)
     return value.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/@\s:]*):[^/@\s]*@")
-
-
-def _redact(value: object) -> object:
-    """Passwords in URLs never reach the journal (user:pass@ -> user:***@)."""
-    if isinstance(value, str):
-        return _USERINFO.sub(r"\1:***@", value)
-    if isinstance(value, dict):
-        return {str(k): _redact(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redact(v) for v in value]
-    return value
-
-
 def _fingerprint_json(fingerprint: dict[str, object]) -> str:
-    return json.dumps(_redact(fingerprint), sort_keys=True, default=str)
+    """Secrets in the source URL never reach the journal (bulkfetch.redact)."""
+    return json.dumps(redact_value(fingerprint), sort_keys=True, default=str)
 
 
 _ABSENT = object()
@@ -526,7 +520,7 @@ class Journal:
                 c.execute("UPDATE pages SET bytes = bytes + ?, done_at = ? WHERE seq = ?",
                           (report.bytes, now, report.seq))
                 sql = _UPSERT_RETRY
-            c.executemany(sql, ((_enc(f.name), report.seq, _text(f.reason), f.attempts, now)
+            c.executemany(sql, ((_name(f.name), report.seq, _text(f.reason), f.attempts, now)
                                 for f in report.failures))
 
     def page_is_done(self, seq: int) -> bool:
@@ -537,7 +531,7 @@ class Journal:
         """Names that succeeded on a retry pass: out of failures, counted ok on their page."""
         with self._write() as c:
             it = iter(names)
-            while chunk := [(_enc(n),) for _, n in zip(range(_CHUNK), it, strict=False)]:
+            while chunk := [(_name(n),) for _, n in zip(range(_CHUNK), it, strict=False)]:
                 c.executemany("UPDATE pages SET ok = ok + 1 WHERE seq = "
                               "(SELECT seq FROM failures WHERE name = ?)", chunk)
                 c.executemany("DELETE FROM failures WHERE name = ?", chunk)

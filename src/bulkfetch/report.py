@@ -5,6 +5,9 @@ escaped (control, format and surrogate characters as Python escapes, never raw) 
 sane length; they are always passed to rich as Text, never as markup. In JSON they are kept
 exactly, written with ensure_ascii so lone surrogates and control characters become \\u
 escapes and the file is plain ASCII.
+
+Secrets in URLs (user-info, signed query strings) are masked in both (bulkfetch.redact): the
+source and the options hold the URL as typed, errors and reasons may quote one.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bulkfetch.models import Report
+from bulkfetch.redact import redact_text, redact_value
 
 __all__ = [
     "MAX_REPORT_FAILURES",
@@ -42,7 +46,9 @@ TEXT_LIMIT = 200  # characters of a remote string shown on the terminal
 
 
 def safe_text(value: str, limit: int = TEXT_LIMIT) -> str:
-    """`value` with every non-printable character escaped in place, cut to about `limit`."""
+    """`value` with URL secrets masked and every non-printable character escaped in place,
+    cut to about `limit`."""
+    value = redact_text(value)
     cut = value[:limit]
     if not cut.isprintable():
         cut = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
@@ -55,6 +61,7 @@ def safe_name(name: str, limit: int = TEXT_LIMIT) -> str:
     Names holding a backslash are quoted too, so a name that literally reads `\\x1b` cannot
     pass for an escaped ESC.
     """
+    name = redact_text(name)
     cut = name[:limit]
     if not cut.isprintable() or "\\" in cut:
         cut = repr(cut)
@@ -182,14 +189,14 @@ def report_dict(report: Report) -> dict[str, object]:
     total = _failures_total(report)
     return {
         "bulkfetch_version": __version__,
-        "source": report.source,
+        "source": redact_text(report.source),
         "dest": report.dest,
         "started": _iso(report.started_at),
         "finished": _iso(report.finished_at),
         "exit_code": report.exit_code,
         "interrupted": report.interrupted,
         "listing_complete": report.listing_complete,
-        "error": report.error,
+        "error": None if report.error is None else redact_text(report.error),
         "files_ok": report.files_ok,
         "files_failed": report.files_failed,
         "resumed_files": report.resumed_files,
@@ -200,10 +207,11 @@ def report_dict(report: Report) -> dict[str, object]:
         "duration_s": _finite(report.duration_s),
         "files_per_s": _finite(report.files_per_s, 1),
         "bytes_per_s": _finite(report.bytes_per_s, 1),
-        "options": _jsonable(report.options),
+        "options": _jsonable(redact_value(report.options)),
         "failures_total": total,
         "failures_truncated": total > min(len(report.failures), MAX_REPORT_FAILURES),
-        "failures": [{"name": f.name, "reason": f.reason, "attempts": f.attempts}
+        "failures": [{"name": redact_text(f.name), "reason": redact_text(f.reason),
+                      "attempts": f.attempts}
                      for f in report.failures[:MAX_REPORT_FAILURES]],
     }
 

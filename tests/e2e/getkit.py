@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,46 @@ def status_counts(text: str) -> tuple[int, int, int]:
     assert match, text
     ok, failed, listed = (int(g.replace(",", "")) for g in match.groups())
     return ok, failed, listed
+
+
+def read_journal(dest: Path, sql: str) -> list[tuple]:
+    """Rows of a query on DEST's journal, opened read-only (safe while a run writes it)."""
+    path = dest / STATE / "journal.sqlite"
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10)
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError as exc:  # the schema is not there yet
+        if "no such table" in str(exc):
+            return []
+        raise
+    finally:
+        conn.close()
+
+
+def index_rows(dest: Path, sql: str) -> list[tuple]:
+    """Rows of a query on a tar DEST's index.sqlite, read-only ([] before it exists)."""
+    path = dest / "index.sqlite"
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10)
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:  # not created yet
+        return []
+    finally:
+        conn.close()
+
+
+# -- for the server-side fault tests -------------------------------------------------------------
+def file_name(index: int) -> str:
+    return f"f{index:010d}"
+
+
+def expected_body(index: int, files: int, seed: int = 0, size: str = "100") -> bytes:
+    return SyntheticDataSet(files, 1000, seed, parse_size_spec(size)).body(index)
+
+
+def md5_etag(body: bytes) -> str:
+    return '"' + hashlib.md5(body).hexdigest() + '"'

@@ -6,7 +6,6 @@ a fixed seed always yields the same faults for the same request sequence.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import selectors
@@ -20,24 +19,12 @@ from typing import BinaryIO
 
 import pycurl
 import pytest
+from getkit import expected_body, md5_etag
+from getkit import file_name as name
 
-from bulkfetch.server.dataset import SyntheticDataSet
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
 
 Start = Callable[..., ReferenceServer]
-
-
-def name(index: int) -> str:
-    return f"f{index:010d}"
-
-
-def expected_body(index: int, files: int, seed: int = 0, size: str = "100") -> bytes:
-    return SyntheticDataSet(files, 1000, seed, parse_size_spec(size)).body(index)
-
-
-def md5_etag(body: bytes) -> str:
-    return '"' + hashlib.md5(body).hexdigest() + '"'
 
 
 # -- raw HTTP/1.1 over a socket -------------------------------------------------------------

@@ -5,7 +5,6 @@ test_faults.py; every fault is deterministic under --seed, so the assertions are
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import itertools
 import json
@@ -24,26 +23,14 @@ from pathlib import Path
 
 import pycurl
 import pytest
+from getkit import expected_body, md5_etag
+from getkit import file_name as name
 
 from bulkfetch.server.app import OVERLONG_TAIL
-from bulkfetch.server.dataset import SyntheticDataSet
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import LoggedRequest, ReferenceServer
 
 Start = Callable[..., ReferenceServer]
 DENIED = {400, 401, 403, 404, 410}
-
-
-def name(index: int) -> str:
-    return f"f{index:010d}"
-
-
-def expected_body(index: int, files: int, seed: int = 0, size: str = "100") -> bytes:
-    return SyntheticDataSet(files, 1000, seed, parse_size_spec(size)).body(index)
-
-
-def md5_etag(body: bytes) -> str:
-    return '"' + hashlib.md5(body).hexdigest() + '"'
 
 
 # -- a raw exchange: every byte, when it came, and whether the server closed -----------------

@@ -22,6 +22,7 @@ from getkit import (
     command,
     expected_files,
     get,
+    read_journal,
     status,
     status_counts,
     stored_files,
@@ -34,22 +35,6 @@ NAME = re.compile(r"/get/f(\d{10})")
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def read_journal(dest: Path, sql: str) -> list[tuple]:
-    """Rows of a query on DEST's journal, opened read-only (safe while a run writes it)."""
-    path = dest / STATE / "journal.sqlite"
-    if not path.exists():
-        return []
-    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10)
-    try:
-        return conn.execute(sql).fetchall()
-    except sqlite3.OperationalError as exc:  # the schema is not there yet
-        if "no such table" in str(exc):
-            return []
-        raise
-    finally:
-        conn.close()
-
-
 def done_pages(dest: Path) -> set[int]:
     return {seq for (seq,) in read_journal(dest, "SELECT seq FROM pages WHERE status = 'done'")}
 

@@ -8,31 +8,17 @@ import hashlib
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
 
-from getkit import cli, command, dataset, expected_files, get
+from getkit import cli, command, dataset, expected_files, get, index_rows
 
 from bulkfetch.testing import ReferenceServer
 
 FAULTS = ("--fail-rate", "0.02", "--truncate-rate", "0.01", "--corrupt-rate", "0.01")
-
-
-def index_rows(dest: Path, sql: str) -> list[tuple]:
-    path = dest / "index.sqlite"
-    if not path.exists():
-        return []
-    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10)
-    try:
-        return conn.execute(sql).fetchall()
-    except sqlite3.OperationalError:  # not created yet
-        return []
-    finally:
-        conn.close()
 
 
 def shards_closed(dest: Path) -> int:

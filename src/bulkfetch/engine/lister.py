@@ -86,6 +86,13 @@ class Lister(threading.Thread):
                     return None
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # a bug or an unexpected answer: end the run with it
+            self._put(ListingFailed(f"the listing stopped on an unexpected error: "
+                                    f"{type(exc).__name__}: {exc}"))
+
+    def _run(self) -> None:
         for seq, token in self.replay:
             page = self._list(seq, token)
             if page is None or not self._put(Listed(seq, token, page, replay=True)):

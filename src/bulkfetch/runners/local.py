@@ -6,6 +6,7 @@ Pages go down a queue to whichever worker is free; page reports and ticks come b
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -22,8 +23,8 @@ from bulkfetch import index
 from bulkfetch.config import GetOptions
 from bulkfetch.engine.lister import Listed, Lister, ListingFailed, ListingFinished
 from bulkfetch.engine.worker import worker_main
-from bulkfetch.errors import BulkfetchError, UsageError
-from bulkfetch.journal import Journal
+from bulkfetch.errors import BulkfetchError, JournalIOError, UsageError
+from bulkfetch.journal import Journal, Totals
 from bulkfetch.models import Page, PageReport, Progress, Report, Tick
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sources import make_source
@@ -32,12 +33,22 @@ ProgressCallback = Callable[[Progress], None]
 UPDATE_S = 0.1
 
 
-class _Interrupt:
-    """First SIGINT/SIGTERM: stop gracefully. Second: leave at once (the journal is
-    consistent at every commit, so a rerun resumes either way)."""
+_SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
 
-    def __init__(self) -> None:
+
+def _say(text: str) -> None:
+    """A line on stderr from a signal handler: one write(2), no buffered stream, no lock."""
+    with contextlib.suppress(OSError):
+        os.write(2, text.encode("utf-8", "replace"))
+
+
+class _Interrupt:
+    """First SIGINT/SIGTERM: stop gracefully, and say so at once. Second: `abort()`, which
+    leaves at once (the journal is consistent at every commit, so a rerun resumes)."""
+
+    def __init__(self, abort: Callable[[], None]) -> None:
         self.requested = False
+        self.abort = abort
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> _Interrupt:
@@ -48,8 +59,15 @@ class _Interrupt:
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.requested:
-            os._exit(130)
+            try:
+                self.abort()
+            finally:
+                os._exit(130)
         self.requested = True
+        again = "Press Ctrl-C again" if signum == signal.SIGINT else "Send it again"
+        _say(f"\nbulkfetch: {_SIGNAL_NAMES.get(signum, f'signal {signum}')} received: "
+             f"stopping (no new files; transfers in flight finish or are dropped). {again} "
+             "to quit at once. Rerun the same command to resume.\n")
 
     def __exit__(self, *exc: object) -> None:
         for signum, handler in self.previous.items():
@@ -62,30 +80,87 @@ def _prepare_dest(dest: Path) -> None:
 
 
 def _prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:
-    """Shards and index agree with each other and with the journal before workers start."""
+    """Shards and index agree with each other and with the journal before workers start.
+    --restart keeps the earlier shards readable until their files are stored again (a failed
+    re-fetch never costs the older good copy); only an unusable index is removed."""
     try:
         if restart:
-            index.remove_all(dest)
+            try:
+                index.forget_pages(dest)
+            except sqlite3.Error:
+                index.remove_all(dest)
         for report in index.recover(dest, journal.page_is_done):
             journal.page_done(report)
         index.connect(dest, create=True).close()
+        index.drop_superseded(dest)
     except (OSError, sqlite3.Error) as exc:
         raise BulkfetchError(f"cannot prepare the shards in {dest}: {exc}") from None
 
 
+def _remove_temporaries(dest: Path, sink_kind: str) -> None:
+    """What killed workers left: files in DEST/.bulkfetch/tmp; for tar, .tar.part shards
+    (finished by renaming when indexed, else deleted, as the next start would)."""
+    tmp = dest / TMP_DIR
+    shutil.rmtree(tmp, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        tmp.mkdir(parents=True, exist_ok=True)
+    if sink_kind == "tar":
+        with contextlib.suppress(OSError, sqlite3.Error):
+            index.recover(dest, lambda seq: True)
+
+
+def _error_report(options: GetOptions, source: Any, message: str,
+                  journal: Journal | None = None) -> Report:
+    """The report of a run that stopped before it could start (no journal, no space ...)."""
+    totals = None
+    if journal is not None:
+        with contextlib.suppress(BulkfetchError):
+            totals = journal.totals()
+    now = time.time()
+    return Report(
+        source=source.describe(), dest=options.dest, error=message,
+        files_ok=totals.files_ok if totals else 0,
+        files_failed=totals.files_failed if totals else 0,
+        bytes=totals.bytes if totals else 0, pages=totals.pages_done if totals else 0,
+        listing_complete=False, resumed_files=totals.files_ok if totals else 0,
+        resumed_bytes=totals.bytes if totals else 0, options=options.as_dict(),
+        started_at=now, finished_at=now)
+
+
 def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Report:
-    """Download everything the source lists into options.dest. Resumes from the journal."""
+    """Download everything the source lists into options.dest. Resumes from the journal.
+
+    Raises UsageError (exit 2) for what the user must change; anything else that stops the
+    run (no space for the journal, an I/O error) comes back as Report.error."""
     dest = Path(options.dest)
     _prepare_dest(dest)
     source = make_source(options)
-    journal = Journal.open(dest, options.fingerprint(), restart=options.restart)
+    try:
+        journal = Journal.open(dest, options.fingerprint(), restart=options.restart)
+    except UsageError:
+        raise
+    except BulkfetchError as exc:
+        return _error_report(options, source, str(exc))
     try:
         tmp = dest / TMP_DIR
-        shutil.rmtree(tmp, ignore_errors=True)  # leftovers of a killed run
-        tmp.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)  # leftovers of a killed run
+            tmp.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return _error_report(options, source, f"cannot prepare {tmp}: {exc.strerror}",
+                                 journal)
         if options.sink.kind == "tar":
-            _prepare_shards(dest, journal, options.restart)
-        return _Coordinator(options, source, journal, on_progress).run()
+            try:
+                _prepare_shards(dest, journal, options.restart)
+            except UsageError:
+                raise
+            except BulkfetchError as exc:
+                return _error_report(options, source, str(exc), journal)
+        report = _Coordinator(options, source, journal, on_progress).run()
+        if options.sink.kind == "tar":  # shards whose every file was stored again since
+            with contextlib.suppress(OSError, sqlite3.Error):
+                index.drop_superseded(dest)
+        return report
     finally:
         journal.close()
 
@@ -111,6 +186,10 @@ class _Coordinator:
         self.listing_over = False
         self.retry_names: dict[int, set[str]] = {}  # --retry-failed: seq -> failed names
         self.retrying: dict[int, tuple[str, ...]] = {}  # retry pages out: seq -> names sent
+        self.workers: list[Any] = []
+        self.journaled = [0, 0, 0]  # ok, failed, bytes of the pages this run journaled done
+        # The journal cannot be written (disk full, I/O error): stop, as for a sink's fatal
+        self.journal_broken = False
 
     # -- progress ------------------------------------------------------------------------
     def progress(self, started: float) -> Progress:
@@ -150,6 +229,7 @@ class _Coordinator:
                             args=(i, options, tasks, results, stop, os.getpid()))
             for i in range(options.limits.workers)
         ]
+        self.workers = workers
         for worker in workers:
             worker.start()
         lister = Lister(self.source, options.retry, replay, next_seq, next_token,
@@ -158,26 +238,34 @@ class _Coordinator:
         started = time.monotonic()
         self.started_at = time.time()
         interrupted = False
-        with _Interrupt() as interrupt:
+        with _Interrupt(self._abort) as interrupt:
             lister.start()
             last_update = 0.0
             while True:
                 if interrupt.requested:
                     interrupted = True
                     break
-                if not self.listing_over:
-                    self._dispatch(lister, tasks)
-                self._collect(results, timeout=0.05)
+                try:
+                    if not self.listing_over:
+                        self._dispatch(lister, tasks)
+                    self._collect(results, timeout=0.05)
+                except JournalIOError as exc:
+                    self._journal_failed(exc)
                 dead = [w for w in workers if not w.is_alive()]
                 if dead and self.error is None:
                     self.error = f"worker process {dead[0].name} died (exit code " \
                                  f"{dead[0].exitcode}); rerun the same command to resume"
+                if (self.error is None and not self.listing_over and not lister.is_alive()
+                        and lister.out.empty()):
+                    # it ended without a last word (an exception in the thread)
+                    self._fail_run("the listing stopped unexpectedly; rerun the same "
+                                   "command to resume")
                 if self.error is not None and not self.listing_over:
                     lister.stop()
                     self.listing_over = True
                 if self.listing_over and self.pages_out == 0:
                     break
-                if self.error is not None and dead:
+                if self.error is not None and (dead or self.journal_broken):
                     break
                 now = time.monotonic()
                 if self.on_progress is not None and now - last_update >= UPDATE_S:
@@ -189,9 +277,46 @@ class _Coordinator:
             for _ in workers:
                 tasks.put(None)
             self._drain(results, workers)
-        if self.on_progress is not None:
-            self.on_progress(self.progress(started))
-        return self._report(started, interrupted)
+            if self.options.sink.kind == "tar":
+                self._settle_shards()
+            if self.on_progress is not None:
+                self.on_progress(self.progress(started))
+            return self._report(started, interrupted)
+
+    def _abort(self) -> None:
+        """The second Ctrl-C or SIGTERM: quit now. The workers ignore both signals and a tar
+        worker would go on finishing its pages for seconds, so they are killed, and what they
+        had half-written is removed. The journal is consistent at every commit; a rerun
+        resumes. Runs in the signal handler; the caller then exits with 130."""
+        for worker in self.workers:
+            with contextlib.suppress(Exception):
+                worker.kill()
+        for worker in self.workers:
+            with contextlib.suppress(Exception):
+                worker.join(2)
+        _remove_temporaries(Path(self.options.dest), self.options.sink.kind)
+        _say("bulkfetch: stopped at once (transfers in flight dropped). Rerun the same "
+             "command to resume.\n")
+
+    def _settle_shards(self) -> None:
+        """With every worker gone: journal the pages of shards that were indexed but whose
+        reports never came up (a worker stopping on a fatal error closes its shards without
+        sending them), and finish or remove any .tar.part - what the next start would do."""
+        try:
+            for report in index.recover(Path(self.options.dest), self.journal.page_is_done):
+                self._page_done(report)
+        except (OSError, sqlite3.Error):
+            pass  # the next start recovers them
+        except JournalIOError as exc:
+            self._journal_failed(exc)
+
+    def _journal_failed(self, exc: JournalIOError) -> None:
+        """The journal cannot be written: stop the run with that as its error. What is not
+        journaled is fetched again by the rerun."""
+        self.journal_broken = True
+        if self.error is None:
+            self.error = str(exc)
+        self.listing_over = True
 
     def _dispatch(self, lister: Lister, tasks: Any) -> None:
         while self.pages_out < self.options.limits.max_pages_out:
@@ -243,11 +368,21 @@ class _Coordinator:
 
     def _fail_run(self, message: str) -> None:
         self.error = message
-        self.journal.record_error(message)
         self.listing_over = True
+        self._record_error(message)
+
+    def _record_error(self, message: str) -> None:
+        try:
+            self.journal.record_error(message)
+        except JournalIOError:  # the run stops on `message` (often the same cause) anyway
+            self.journal_broken = True
 
     def _page_done(self, report: PageReport) -> None:
         self.journal.page_done(report)
+        if report.seq not in self.retrying:
+            self.journaled[0] += report.ok
+            self.journaled[1] += len(report.failures)
+            self.journaled[2] += report.bytes
         sent = self.retrying.pop(report.seq, None)
         if sent is not None:
             still_failing = {failure.name for failure in report.failures}
@@ -267,7 +402,7 @@ class _Coordinator:
         elif kind == "fatal":
             if self.error is None:
                 self.error = value
-                self.journal.record_error(value)
+                self._record_error(value)
         elif kind == "exit":
             return int(value)
         return None
@@ -296,16 +431,31 @@ class _Coordinator:
                 if not any(w.is_alive() for w in workers):
                     break
                 continue
-            finished = self._handle(message)
+            try:
+                finished = self._handle(message)
+            except JournalIOError as exc:  # this page is fetched again by the rerun
+                self._journal_failed(exc)
+                continue
             if finished is not None:
                 exited.add(finished)
         for worker in workers:
             worker.join(5)
             if worker.is_alive():
                 worker.kill()
+                worker.join(5)
 
     def _report(self, started: float, interrupted: bool) -> Report:
-        totals = self.journal.totals()
+        try:
+            totals = self.journal.totals()
+            failures = self.journal.failures(1000)
+        except BulkfetchError as exc:  # the journal cannot be read: what it holds for sure
+            if self.error is None:
+                self.error = str(exc)
+            ok, failed, nbytes = self.journaled
+            totals = Totals(self.pages_listed, self.pages_done, self.total_files or 0,
+                            self.resumed_ok + ok, self.journal_failed_before + failed,
+                            self.resumed_bytes + nbytes, self.listing_done)
+            failures = []
         ticks = self.ticks.values()
         return Report(
             source=self.source.describe(),
@@ -322,7 +472,7 @@ class _Coordinator:
             resumed_files=self.resumed_ok,
             resumed_bytes=self.resumed_bytes,
             options=self.options.as_dict(),
-            failures=self.journal.failures(1000),
+            failures=failures,
             started_at=self.started_at,
             finished_at=time.time(),
         )

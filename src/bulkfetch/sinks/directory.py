@@ -100,7 +100,8 @@ class DirectorySink:
         try:
             fd = os.open(temporary, _FILE_FLAGS, 0o644, dir_fd=self.tmp_fd)
         except OSError as exc:
-            raise _fatal_or_failure(exc, "cannot create a temporary file") from None
+            raise _fatal_or_failure(
+                exc, f"cannot create a temporary file in {self.dest / TMP_DIR}") from None
         try:
             try:
                 view = memoryview(body)
@@ -113,7 +114,7 @@ class DirectorySink:
             self._discard(temporary)
             if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
                 raise SinkFailure(f"a directory is in the way of {name}") from None
-            raise _fatal_or_failure(exc, f"cannot write {name}") from None
+            raise _fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
 
     def _discard(self, temporary: str) -> None:
         with contextlib.suppress(OSError):

@@ -67,18 +67,20 @@ def _pax_records(records: dict[str, str]) -> bytes:
 class _Shard:
     """One open shard: a .tar.part file, its write buffer and its members' index rows."""
 
-    def __init__(self, dest_fd: int, worker: int, number: int) -> None:
+    def __init__(self, dest_fd: int, worker: int, number: int, dest: Path | None = None) -> None:
         self.dest_fd = dest_fd
         self.worker = worker
         self.file = index.shard_file(worker, number)
         self.part = self.file + ".part"
+        # messages name the shard by its path (DEST/shard-...tar.part) when DEST is known
+        self.where = str(dest / self.part) if dest is not None else self.part
         try:
             self.fd = os.open(self.part, _FILE_FLAGS, 0o644, dir_fd=dest_fd)
         except FileExistsError:
-            raise SinkFatal(f"{self.part} already exists: another run is writing to this "
+            raise SinkFatal(f"{self.where} already exists: another run is writing to this "
                             "DEST") from None
         except OSError as exc:
-            raise SinkFatal(f"cannot create {self.part}: {exc.strerror}") from None
+            raise SinkFatal(f"cannot create {self.where}: {exc.strerror}") from None
         self.before_size, self.after_size, self.constant_sum = _ustar_parts(int(time.time()))
         self.tail = self.after_size[20:]  # typeflag '0' and everything after it
         self.sizes: dict[int, tuple[bytes, int]] = {}
@@ -158,29 +160,34 @@ class _Shard:
             while view:
                 view = view[os.write(self.fd, view):]
         except OSError as exc:
-            raise SinkFatal(f"cannot write {self.part}: {exc.strerror}") from None
+            raise SinkFatal(f"cannot write {self.where}: {exc.strerror}") from None
 
     def close(self, conn: sqlite3.Connection) -> list[PageReport]:
-        """Make the shard durable and indexed; return the page reports it releases."""
-        self.buffer.append(_END)
-        self.offset += len(_END)
-        self._flush()
+        """Make the shard durable and indexed; return the page reports it releases. If that
+        fails before the index has its rows (disk full ...), the .tar.part is removed: its
+        pages are not done and a rerun fetches them again."""
         try:
-            os.fsync(self.fd)
-        except OSError as exc:
-            raise SinkFatal(f"cannot write {self.part}: {exc.strerror}") from None
-        finally:
-            os.close(self.fd)
-        try:
-            index.add_shard_flat(conn, self.file, self.worker, self.offset, time.time(), self.held,
-                            self.members)
-        except sqlite3.Error as exc:
-            raise SinkFatal(f"cannot update {index.INDEX_NAME}: {exc}") from None
+            self.buffer.append(_END)
+            self.offset += len(_END)
+            self._flush()
+            try:
+                os.fsync(self.fd)
+            except OSError as exc:
+                raise SinkFatal(f"cannot write {self.where}: {exc.strerror}") from None
+            try:
+                index.add_shard_flat(conn, self.file, self.worker, self.offset, time.time(),
+                                     self.held, self.members)
+            except sqlite3.Error as exc:
+                raise SinkFatal(f"cannot update {index.INDEX_NAME}: {exc}") from None
+        except BaseException:
+            self.discard()
+            raise
+        os.close(self.fd)
         try:
             os.rename(self.part, self.file, src_dir_fd=self.dest_fd, dst_dir_fd=self.dest_fd)
             os.fsync(self.dest_fd)
         except OSError as exc:  # index.recover() renames it at the next start
-            raise SinkFatal(f"cannot rename {self.part}: {exc.strerror}") from None
+            raise SinkFatal(f"cannot rename {self.where}: {exc.strerror}") from None
         released, self.held, self.members = self.held, [], []
         return released
 
@@ -229,7 +236,8 @@ class TarSink:
             self.draining.append(shard)  # closes when its last page ends
             shard = None
         if shard is None:
-            shard = self.current = _Shard(self.dest_fd, self.worker, self.next_number)
+            shard = self.current = _Shard(self.dest_fd, self.worker, self.next_number,
+                                          self.dest)
             self.next_number += 1
         shard.open_pages += 1
         self.shard_of[seq] = shard

@@ -20,8 +20,11 @@ def redact(url: str) -> str:
     """A URL fit for messages: no user-info, no query string (it may hold signatures)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
+    try:
+        if parts.port:
+            host += f":{parts.port}"
+    except ValueError:  # a port that is not a number: never raise while describing
+        host += ":?"
     return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
 
 
@@ -30,7 +33,13 @@ class FileServerSource:
                  max_page_size: int = DEFAULT_MAX_PAGE_SIZE) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"URL {base_url!r} must be http:// or https:// with a host")
+            raise UsageError(f"URL {redact(base_url)!r} must be http:// or https:// with a "
+                             "host")
+        try:
+            parts.port  # noqa: B018  # raises ValueError for a port that is not 0-65535
+        except ValueError:
+            raise UsageError(f"URL {redact(base_url)!r}: the port must be a number from 0 to "
+                             "65535") from None
         self.base = base_url.rstrip("/")
         self.shape = shape
         self.timeouts = timeouts

@@ -1,0 +1,85 @@
+"""Secrets in URLs never become text: user-info and signed query strings are masked.
+
+Applied wherever a URL (or a message that may hold one) leaves the process as text: the
+journal (fingerprint, failure reasons, last error), the report (source, options, errors,
+failures) and the terminal summary. RELIABILITY.md, hostile case 11.
+
+- user-info: `scheme://user:password@host` -> `scheme://user:***@host`; a user-info without a
+  password is often a token (`https://TOKEN@host`) and becomes `scheme://***@host`.
+- query strings: the value of every parameter whose name looks like a credential
+  (X-Amz-Signature, X-Amz-Credential, X-Amz-Security-Token, X-Goog-Signature, sig, token,
+  key, secret, password, policy, ...) becomes `***`; other parameters are kept, so a
+  message still says which URL it is about.
+
+Masking is idempotent, never raises, and leaves text without URLs untouched.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["MASK", "redact_text", "redact_url", "redact_value"]
+
+MASK = "***"
+
+# scheme://authority then the rest up to whitespace, a quote or an angle bracket
+_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/?#'\"<>]*)([^\s'\"<>]*)")
+# parameter names that carry credentials (matched anywhere in the name, any case)
+_SECRET_PARAM = re.compile(
+    r"(?i)(sig|credential|token|secret|passw|pwd|key|auth|session|policy|^code$)")
+
+
+def _authority(authority: str) -> str:
+    userinfo, at, host = authority.rpartition("@")
+    if not at:
+        return authority
+    user, colon, _ = userinfo.partition(":")
+    if colon:
+        return f"{user}:{MASK}@{host}"
+    return f"{MASK}@{host}"
+
+
+def _query(query: str) -> str:
+    parts = []
+    for param in query.split("&"):
+        name, eq, value = param.partition("=")
+        if eq and value and value != MASK and _SECRET_PARAM.search(name):
+            param = f"{name}={MASK}"
+        parts.append(param)
+    return "&".join(parts)
+
+
+def _rest(rest: str) -> str:
+    path, q, query = rest.partition("?")
+    if not q:
+        return rest
+    query, hash_, fragment = query.partition("#")
+    return f"{path}?{_query(query)}{hash_}{fragment}"
+
+
+def _one(match: re.Match[str]) -> str:
+    scheme, authority, rest = match.groups()
+    return scheme + _authority(authority) + _rest(rest)
+
+
+def redact_url(url: str) -> str:
+    """`url` with its user-info and credential-bearing query parameters masked."""
+    return redact_text(url)
+
+
+def redact_text(text: str) -> str:
+    """Every URL inside free text (an error message, a reason) masked; the rest kept."""
+    if "://" not in text:
+        return text
+    return _URL.sub(_one, text)
+
+
+def redact_value(value: object) -> object:
+    """Strings anywhere in nested dicts, lists and tuples masked (for options, fingerprints)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: redact_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v) for v in value]
+    return value
