@@ -32,6 +32,7 @@ from bulkfetch.sinks.base import SinkFatal, Writer
 
 BLOCK = 512
 _ZEROS = bytes(BLOCK)
+_PADS = [_ZEROS[:n] for n in range(BLOCK)]  # the padding after a body of each size mod 512
 _END = bytes(2 * BLOCK)  # end-of-archive marker
 _FLUSH_AT = 1 << 20  # bytes buffered before a write(2)
 _MAX_OCTAL_SIZE = 8**11 - 1  # the ustar size field's limit; larger sizes go in PAX
@@ -134,7 +135,7 @@ class _Shard:
         pad = -size % BLOCK
         data_at = self.offset + len(header)
         self.offset = data_at + size + pad
-        self.buffer += (header, body, _ZEROS[:pad])
+        self.buffer += (header, body, _PADS[pad])
         self.members += (name, data_at, size, md5 or hashlib.md5(body).hexdigest())
         if self.offset - self.flushed >= _FLUSH_AT:
             self._flush()
