@@ -21,6 +21,7 @@ from typing import Any
 
 from bulkfetch import index
 from bulkfetch.config import GetOptions
+from bulkfetch.engine.channel import channel
 from bulkfetch.engine.lister import Listed, Lister, ListingFailed, ListingFinished
 from bulkfetch.engine.worker import worker_main
 from bulkfetch.errors import BulkfetchError, JournalIOError, UsageError
@@ -223,10 +224,11 @@ class _Coordinator:
             for seq, name in journal.failed_names():
                 self.retry_names.setdefault(seq, set()).add(name)
         context = multiprocessing.get_context("fork")
-        tasks, results, stop = context.Queue(), context.Queue(), context.Event()
+        tasks, stop = context.Queue(), context.Event()
+        results, outbox = channel(context)
         workers = [
             context.Process(target=worker_main, name=f"bulkfetch-worker-{i}", daemon=True,
-                            args=(i, options, tasks, results, stop, os.getpid()))
+                            args=(i, options, tasks, outbox, stop, os.getpid()))
             for i in range(options.limits.workers)
         ]
         self.workers = workers
