@@ -20,6 +20,8 @@ import sys
 
 import pycurl
 
+from bulkfetch.bench.designs import run_asyncio
+
 CONCURRENCY = 64
 
 
@@ -89,51 +91,6 @@ def bare_create(directory: str, files: int) -> dict[str, int]:
     return {"files": files, "bad": 0}
 
 
-async def case_study_asyncio(base: str, files: int, dest: str | None) -> dict[str, int]:
-    import aiohttp
-
-    semaphore = asyncio.Semaphore(CONCURRENCY)
-    counts = {"files": 0, "bad": 0}
-    if dest:
-        os.makedirs(dest, exist_ok=True)
-
-    async def fetch(session: aiohttp.ClientSession, file_name: str) -> None:
-        async with semaphore:
-            try:
-                async with session.get(f"{base}/get/{file_name}") as response:
-                    body = await response.read()
-                    if response.status != 200:
-                        counts["bad"] += 1
-                        return
-            except aiohttp.ClientError:
-                counts["bad"] += 1
-                return
-        if dest:
-            with open(os.path.join(dest, file_name), "wb") as handle:
-                handle.write(body)
-        counts["files"] += 1
-
-    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        marker: str | None = None
-        pending: set[asyncio.Task[None]] = set()
-        while True:
-            url = f"{base}/list" + (f"?next-marker={marker}" if marker else "")
-            async with session.get(url) as response:
-                page = await response.json(content_type=None)
-            for file_name in page["FileNames"]:
-                pending.add(asyncio.create_task(fetch(session, file_name)))
-            # keep memory bounded like the case study's bounded queue
-            if len(pending) > 10 * CONCURRENCY:
-                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            marker = page.get("NextMarker")
-            if not marker:
-                break
-        if pending:
-            await asyncio.wait(pending)
-    return counts
-
-
 def main(argv: list[str]) -> int:
     kind = argv[0]
     if kind == "pycurl":
@@ -148,7 +105,10 @@ def main(argv: list[str]) -> int:
             uvloop.install()
         except ImportError:
             pass
-        result = asyncio.run(case_study_asyncio(argv[1], int(argv[2]), dest))
+        if dest:
+            os.makedirs(dest, exist_ok=True)
+        # the same design `bulkfetch bench` runs (bulkfetch.bench.designs)
+        result = asyncio.run(run_asyncio(argv[1], int(argv[2]), dest))
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -206,7 +206,8 @@ def run_processes(base: str, files: int, dest: str, workers: int) -> Counts:
 
 # -- asyncio + aiohttp ------------------------------------------------------------------------
 async def _fetch_aiohttp(session: Any, semaphore: asyncio.Semaphore, base: str, name: str,
-                         dest: str, counts: Counts) -> None:
+                         dest: str | None, counts: Counts) -> None:
+    """One file; dest None keeps the body in memory (the transport alone)."""
     import aiohttp
 
     async with semaphore:
@@ -216,7 +217,7 @@ async def _fetch_aiohttp(session: Any, semaphore: asyncio.Semaphore, base: str, 
                 ok = response.status == 200
         except (TimeoutError, aiohttp.ClientError):
             ok = False
-    ok = ok and write_file(dest, name, body)
+    ok = ok and (dest is None or write_file(dest, name, body))
     counts["files" if ok else "bad"] += 1
 
 
@@ -234,7 +235,7 @@ def _aiohttp_session() -> Any:
                                  timeout=aiohttp.ClientTimeout(total=60))
 
 
-async def run_asyncio(base: str, files: int, dest: str) -> Counts:
+async def run_asyncio(base: str, files: int, dest: str | None) -> Counts:
     semaphore = asyncio.Semaphore(CONCURRENCY)
     counts = {"files": 0, "bad": 0}
     pending: set[asyncio.Task[None]] = set()
