@@ -17,6 +17,19 @@ class Page:
     token: str | None
     names: tuple[str, ...]
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # On the wire the names travel as one NUL-joined string: pickling a thousand
+        # strings one by one (each memoized) cost more than the rest of the page's trip.
+        # A name holding a NUL itself (hostile, but JSON allows it) keeps the tuple.
+        joined = "\0".join(self.names)
+        if joined.count("\0") == len(self.names) - 1 and self.names:
+            return _page_from_wire, (self.seq, self.token, joined)
+        return _page_from_wire, (self.seq, self.token, self.names)
+
+
+def _page_from_wire(seq: int, token: str | None, names: str | tuple[str, ...]) -> Page:
+    return Page(seq, token, tuple(names.split("\0")) if isinstance(names, str) else names)
+
 
 @dataclass(frozen=True, slots=True)
 class Failure:

@@ -32,6 +32,8 @@ from bulkfetch.sinks.base import Sink, SinkFailure, Writer
 from bulkfetch.sources.base import Source
 
 _HEX = frozenset("0123456789abcdef")
+_md5 = hashlib.md5
+_URL = pycurl.URL
 
 
 @dataclass(slots=True, eq=False)  # compared and hashed by identity
@@ -39,9 +41,13 @@ class _PageState:
     page: Page
     remaining: int
     write: Writer
-    ok: int = 0
     bytes: int = 0
     failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> int:
+        """Files stored so far: counted from what is left, so the success path counts once."""
+        return len(self.page.names) - self.remaining - len(self.failures)
 
 
 # A transfer is a plain tuple (page state, name, url, attempt): building one per file must
@@ -158,7 +164,7 @@ class Fetcher:
             transfer = pending.popleft()
             handle = free.pop()
             transfer_of[handle] = transfer
-            handle.setopt(pycurl.URL, transfer[2])
+            handle.setopt(_URL, transfer[2])
             multi.add_handle(handle)
         if len(free) < len(self.handles):
             while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
@@ -192,10 +198,11 @@ class Fetcher:
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             digest = None
             if self.verify:
-                digest = hashlib.md5(body).hexdigest()
-                # The common case costs one search: a strong ETag that is the body's MD5,
-                # which also proves the body whole (no Content-Length check needed).
-                if (b'ETag: "%s"' % digest.encode()) in b"".join(lines):
+                digest = _md5(body).hexdigest()
+                # The common case costs one list search for the exact header line: a strong
+                # ETag that is the body's MD5, which also proves the body whole (no
+                # Content-Length check needed). Any other spelling takes the full parse.
+                if b'ETag: "%s"\r\n' % digest.encode() in lines:
                     reason = None
                 else:
                     reason = self._short(handle, body) or _mismatch(lines, digest)
@@ -211,9 +218,7 @@ class Fetcher:
                 except SinkFailure as exc:
                     self._fail(state, transfer[1], str(exc), transfer[3])
                     return
-                size = len(body)
-                state.ok += 1
-                state.bytes += size
+                state.bytes += len(body)
                 state.remaining -= 1
                 if state.remaining == 0:
                     self._page_finished(state)
@@ -258,12 +263,13 @@ class Fetcher:
 
     def _page_finished(self, state: _PageState) -> None:
         self.live.discard(state)
-        self.files_ok += state.ok
+        ok = state.ok
+        self.files_ok += ok
         self.bytes += state.bytes
         self.pages_held -= 1
         self.fetched += 1
         self.finished += self.sink.end_page(
-            PageReport(state.page.seq, state.ok, state.bytes, tuple(state.failures)))
+            PageReport(state.page.seq, ok, state.bytes, tuple(state.failures)))
 
     def take_fetched(self) -> int:
         """Pages finished fetching since the last call (durable or not yet)."""

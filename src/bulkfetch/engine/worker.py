@@ -34,11 +34,11 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
     fatal = False
 
     def send_reports(reports: list[PageReport]) -> None:
+        # One message for both: how many pages finished fetching (the coordinator may send
+        # that many more) and the reports that became durable.
         fetched = fetcher.take_fetched()
-        if fetched:
-            results.put(("fetched", fetched))
-        for report in reports:
-            results.put(("page", report))
+        if fetched or reports:
+            results.put(("pages", fetched, reports))
 
     try:
         while True:

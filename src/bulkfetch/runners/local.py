@@ -338,7 +338,9 @@ class _Coordinator:
             page = event.page
             # A name listed twice on one page is fetched and counted once: a second copy
             # would be a second tar member or a pointless overwrite.
-            items = tuple(dict.fromkeys(page.items))
+            items = page.items
+            if len(set(items)) != len(items):
+                items = tuple(dict.fromkeys(items))
             if not event.replay:
                 try:
                     self.journal.add_page(event.seq, event.token, page.next_token,
@@ -393,12 +395,12 @@ class _Coordinator:
             return
         self.pages_done += 1
 
-    def _handle(self, message: tuple[str, Any]) -> int | None:
-        kind, value = message
-        if kind == "page":
-            self._page_done(value)
-        elif kind == "fetched":
+    def _handle(self, message: tuple[Any, ...]) -> int | None:
+        kind, value = message[0], message[1]
+        if kind == "pages":
             self.pages_out -= value
+            for report in message[2]:
+                self._page_done(report)
         elif kind == "tick":
             self.ticks[value.worker] = value
         elif kind == "fatal":
