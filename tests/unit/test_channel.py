@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import queue
 import time
 
 import pytest
 
 from bulkfetch.engine.channel import Outbox, channel
+from bulkfetch.models import Page
 
 
 def _send(outbox: Outbox, worker: int, count: int) -> None:
@@ -41,3 +43,24 @@ def test_get_waits_about_the_timeout_then_raises_empty() -> None:
     with pytest.raises(queue.Empty):
         inbox.get(timeout=0.05)
     assert time.monotonic() - started >= 0.04
+
+
+@pytest.mark.parametrize("names", [
+    tuple(f"f{i:010d}" for i in range(1000)),
+    (),
+    ("",),
+    ("a", ""),
+    ("a\0b", "c"),  # a NUL inside a name: the page travels as a tuple
+    ("\0",),
+    ("\udcff", "caf\u00e9", "x\ny"),
+])
+def test_a_page_survives_the_trip_to_a_worker(names: tuple[str, ...]) -> None:
+    page = Page(7, "token", names)
+    assert pickle.loads(pickle.dumps(page, protocol=pickle.HIGHEST_PROTOCOL)) == page
+
+
+def test_a_page_of_plain_names_travels_as_one_string() -> None:
+    names = tuple(f"f{i:010d}" for i in range(1000))
+    data = pickle.dumps(Page(7, None, names), protocol=pickle.HIGHEST_PROTOCOL)
+    assert len(data) < 12 * 1000 + 200  # the names' bytes and NULs, no per-name framing
+    assert pickle.loads(data).names == names
