@@ -84,9 +84,7 @@ class _Shard:
             raise SinkFatal(f"cannot create {self.where}: {exc.strerror}") from None
         self.before_size, self.after_size, self.constant_sum = _ustar_parts(int(time.time()))
         self.tail = self.after_size[20:]  # typeflag '0' and everything after it
-        # size -> (header bytes from mode to mtime, checksum of every byte but the name's,
-        # and the cache below)
-        self.sizes: dict[int, tuple[bytes, int, dict[int, bytes]]] = {}
+        self.tails: dict[int, tuple[bytes, bytes, int]] = {}  # see add() and _tail()
         self.buffer: list[bytes] = []
         self.offset = 0  # bytes written + buffered
         self.flushed = 0  # bytes written
@@ -95,29 +93,29 @@ class _Shard:
         self.held: list[PageReport] = []
         self.members: list[str | int] = []  # name, data offset, size, md5, name, ...
 
-    def _sized(self, size: int) -> tuple[bytes, int, dict[int, bytes]]:
-        """Header bytes from mode to mtime for this size, the checksum of every header byte
-        but the name's, and the cache of what follows a name (see add()). Sizes repeat, so
-        this is cached (boundedly)."""
+    def _sized(self, size: int) -> tuple[bytes, int]:
+        """Header bytes from mode to mtime for this size, and the checksum of every header
+        byte but the name's."""
         size_field = b"%011o\0" % size
-        sized = (self.before_size + size_field + self.after_size[:12],
-                 self.constant_sum + sum(size_field), {})
-        if len(self.sizes) < 4096:
-            self.sizes[size] = sized
-        return sized
+        return (self.before_size + size_field + self.after_size[:12],
+                self.constant_sum + sum(size_field))
 
-    def _after_name(self, middle: bytes, cache: dict[int, bytes], key: int) -> bytes:
-        """The 412 header bytes after a name: the zeros padding it to 100 bytes, the fields
-        of this size, the checksum `key >> 7` and the rest; `key & 127` is the name's length.
-        """
-        rest = b"".join((_ZEROS[: 100 - (key & 127)], middle, b"%06o\0 " % (key >> 7),
-                         self.tail))
-        if len(cache) < 65536:
-            cache[key] = rest
-        return rest
+    def _tail(self, key: int) -> tuple[bytes, bytes, int]:
+        """For add()'s key (size << 24 | 1 + the name's byte sum << 7 | the name's length):
+        the 412 header bytes after the name (the zeros padding it to 100 bytes, the fields
+        of this size, the checksum, the rest), the body's padding, and the member's stride."""
+        size, length = key >> 24, key & 127
+        middle, partial = self._sized(size)
+        checksum = partial - 1 + (key >> 7 & 0xFFFF)
+        rest = b"".join((_ZEROS[: 100 - length], middle, b"%06o\0 " % checksum, self.tail))
+        pad = _PADS[-size % BLOCK]
+        entry = (rest, pad, BLOCK + size + len(pad))
+        if len(self.tails) < 65536:
+            self.tails[key] = entry
+        return entry
 
     def _header(self, name: bytes, size: int, typeflag: bytes = b"0") -> bytes:
-        middle, partial, _ = self.sizes.get(size) or self._sized(size)
+        middle, partial = self._sized(size)
         checksum = partial + sum(name) + typeflag[0] - 48
         return b"".join((name.ljust(100, b"\0"), middle, b"%06o\0 " % checksum, typeflag,
                          self.after_size[21:]))
@@ -130,23 +128,24 @@ class _Shard:
         size = len(body)
         encoded = name.encode()
         length = len(encoded)
-        pad = -size % BLOCK
         if length == len(name) <= 100 and size <= _MAX_OCTAL_SIZE:
             # The common case (an ASCII name that fits), written flat: it runs once per file.
-            # A header is the name plus 412 bytes that depend only on the name's length, the
-            # size and the checksum, so those come from a cache and are never joined here.
-            middle, partial, cache = self.sizes.get(size) or self._sized(size)
-            # adler32's low half is 1 + the byte sum while that sum is < 65521 (100 bytes
-            # of at most 127): the name's share of the checksum in one C call
-            key = (partial - 1 + (_adler32(encoded) & 0xFFFF)) << 7 | length
+            # A header is the name plus 412 bytes that depend only on the size, the name's
+            # byte sum and its length, so those bytes (with the body's padding and the
+            # member's stride) come from a cache keyed by the three and are never joined
+            # here. adler32's low half is 1 + the byte sum while that sum is < 65521 (100
+            # bytes of at most 127): the sum in one C call.
+            key = size << 24 | (_adler32(encoded) & 0xFFFF) << 7 | length
+            rest, pad, stride = self.tails.get(key) or self._tail(key)
             data_at = self.offset + BLOCK
-            self.buffer += (encoded, cache.get(key) or self._after_name(middle, cache, key),
-                            body, _PADS[pad])
+            self.offset += stride
+            self.buffer += (encoded, rest, body, pad)
         else:
             header = self._long_header(name, size)
             data_at = self.offset + len(header)
-            self.buffer += (header, body, _PADS[pad])
-        self.offset = data_at + size + pad
+            pad = _PADS[-size % BLOCK]
+            self.offset = data_at + size + len(pad)
+            self.buffer += (header, body, pad)
         self.members += (name, data_at, size, md5 or hashlib.md5(body).hexdigest())
         if self.offset - self.flushed >= _FLUSH_AT:
             self._flush()
