@@ -46,7 +46,8 @@ class _PageState:
 
     @property
     def ok(self) -> int:
-        """Files stored so far: counted from what is left, so the success path counts once."""
+        """Files stored so far, derived from what is left: the per-file path updates one
+        counter less."""
         return len(self.page.names) - self.remaining - len(self.failures)
 
 
