@@ -170,10 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             ("asyncio+aiohttp (files)", [*baselines, "asyncio", base, str(n),
                                          str(work / "da")], "count"),
         ]
-    # The rows that write files run after every round of the rows that write none. In runs
-    # that mixed them, the null row measured 1.45-1.47x the bare loop, in runs without
-    # file rows 1.11-1.30x: creating and deleting 200,000 files leaves the VM slower for a
-    # while in ways the guest does not see as CPU time.
+    # The rows that write files run after every round of the rows that write none, so that
+    # file-system work they leave behind (journal, discard, writeback) cannot fall on the
+    # rows the main bars compare.
     phases = [[step for step in plan if step[0] not in FILE_ROWS],
               [step for step in plan if step[0] in FILE_ROWS]]
     rows: dict[str, Row] = {label: Row(label, [], n, "") for label, _, _ in plan}
