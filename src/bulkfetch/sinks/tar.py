@@ -110,7 +110,7 @@ class _Shard:
         rest = b"".join((_ZEROS[: 100 - length], middle, b"%06o\0 " % checksum, self.tail))
         pad = _PADS[-size % BLOCK]
         entry = (rest, pad, BLOCK + size + len(pad))
-        if len(self.tails) < 65536:
+        if len(self.tails) < 4096:  # about 2 MB: bodies of every size must not grow it
             self.tails[key] = entry
         return entry
 
