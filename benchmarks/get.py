@@ -27,7 +27,7 @@ from pathlib import Path
 from harness import (
     Measured,
     bulkfetch_command,
-    export_for_nginx,
+    cached_export,
     fit_open_file_cache,
     log,
     pinning,
@@ -132,16 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     place = pinning()
     work = Path(tempfile.mkdtemp(prefix="bulkfetch-bench-"))
     export = args.export_dir or work / "export"
-    config = export / "nginx.conf"
-    marker = export / f".complete-{args.files}"
-    if not marker.exists():
-        shutil.rmtree(export, ignore_errors=True)
-        path, note = export_for_nginx(args.files, export)
-        if path is None:
-            raise SystemExit(note)
-        marker.touch()
+    config, note = cached_export(args.files, export)
+    if config is None:
+        raise SystemExit(note)
+    if note:
         log(note)
-    conf, note = fit_open_file_cache(str(config), work, 64)
+    conf, note = fit_open_file_cache(config, work, 64)
     if note:
         log(note)
     nginx = start_nginx(place.server, conf)

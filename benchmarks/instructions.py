@@ -25,7 +25,7 @@ from pathlib import Path
 
 from harness import (
     bulkfetch_command,
-    export_for_nginx,
+    cached_export,
     fit_open_file_cache,
     log,
     pinning,
@@ -57,16 +57,12 @@ def tree_instructions(command: list[str], work: Path) -> int:
 
 
 def export(files: int, root: Path) -> str:
-    directory = root / f"export-{files}"
-    marker = directory / f".complete-{files}"
-    if not marker.exists():
-        shutil.rmtree(directory, ignore_errors=True)
-        config, note = export_for_nginx(files, directory)
-        if config is None:
-            raise SystemExit(note)
-        marker.touch()
+    config, note = cached_export(files, root / f"export-{files}")
+    if config is None:
+        raise SystemExit(note)
+    if note:
         log(note)
-    return str(directory / "nginx.conf")
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,3 +111,19 @@ def test_charts_and_machine_description(session: Session) -> None:
         path = results / name
         assert path.is_file(), f"{name} missing: {session.stdout[-1500:]}"
         assert path.read_bytes()[:8] == PNG
+
+
+def test_cached_export_is_made_once_per_size_and_replaced_for_another(tmp_path: Path) -> None:
+    from bulkfetch.bench.harness import cached_export
+
+    directory = tmp_path / "export"
+    config, note = cached_export(20, directory)
+    assert config == str(directory / "nginx.conf") and "exported 20 files" in note
+    assert len(list((directory / "files").iterdir())) == 20
+    written = (directory / "nginx.conf").stat().st_mtime_ns
+    assert cached_export(20, directory) == (config, "")  # reused, not exported again
+    assert (directory / "nginx.conf").stat().st_mtime_ns == written
+    config, note = cached_export(30, directory)  # another size replaces it whole
+    assert "exported 30 files" in note
+    assert len(list((directory / "files").iterdir())) == 30
+    assert not (directory / ".complete-20").exists()

@@ -189,6 +189,20 @@ def export_for_nginx(files: int, directory: Path) -> tuple[str | None, str]:
     return str(config), f"exported {files:,} files in {time.monotonic() - started:.0f} s"
 
 
+def cached_export(files: int, directory: Path) -> tuple[str | None, str]:
+    """export_for_nginx(), reusing `directory` when an earlier call completed an export of
+    the same size there (a marker file says so); anything else there is replaced."""
+    directory = Path(directory)
+    config, marker = directory / "nginx.conf", directory / f".complete-{files}"
+    if marker.exists() and config.is_file():
+        return str(config), ""
+    shutil.rmtree(directory, ignore_errors=True)
+    path, note = export_for_nginx(files, directory)
+    if path is not None:
+        marker.touch()
+    return path, note
+
+
 def fit_open_file_cache(config: str, work: Path, connections: int) -> tuple[str, str]:
     """nginx keeps up to `open_file_cache max=N` descriptors open; more than the descriptor
     limit allows makes it answer 500 once the cache fills. Returns the config to run (a
