@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -27,19 +28,6 @@ from bulkfetch.models import Progress
 from bulkfetch.testing import ReferenceServer
 
 Start = Callable[..., ReferenceServer]
-
-
-# -- helpers ---------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
 
 
 # -- 1. 100,000 files through every transient fault ------------------------------------------
@@ -198,3 +186,30 @@ def test_demo(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "verified 3,000 of 3,000" in proc.stdout + proc.stderr
     assert_complete(dest, expected_files(3000))
+
+
+# -- proxies from the environment ----------------------------------------------------------
+def test_a_proxy_in_the_environment_is_used_and_no_proxy_bypasses_it(
+        reference_server: Start, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libcurl's proxy variables keep working although, without them, bulkfetch tells libcurl
+    not to look them up for every transfer."""
+    files = 300
+    server = reference_server("--files", str(files), access_log=True)
+    with socket.socket() as probe:  # a port nothing listens on: the proxy is unreachable
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    for name in ("no_proxy", "NO_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{dead}")
+    proc, report = get(server.url, tmp_path / "via-proxy", tmp_path / "r1.json", "--quiet",
+                       "--retries", "0")
+    assert proc.returncode == 1
+    assert f"127.0.0.1:{dead} over proxy" in report["error"], report["error"]
+    assert server.requests() == [], "a request went around the proxy"
+
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    dest = tmp_path / "bypassed"
+    proc, report = get(server.url, dest, tmp_path / "r2.json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert report["files_ok"] == files
+    assert_complete(dest, expected_files(files))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from email.utils import parsedate_to_datetime
 
@@ -26,6 +27,16 @@ RETRYABLE_CURL_ERRORS = {
 }
 
 
+# The variables libcurl reads to choose a proxy for http(s) URLs (it ignores HTTP_PROXY in
+# upper case: a CGI environment lets a request header set it).
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+
+
+def proxy_configured() -> bool:
+    """Whether the environment names a proxy libcurl would use."""
+    return any(os.environ.get(name) for name in PROXY_VARIABLES)
+
+
 def retryable_status(status: int) -> bool:
     return status in (408, 429) or 500 <= status <= 599
 
@@ -48,6 +59,13 @@ def new_handle(timeouts: Timeouts) -> pycurl.Curl:
     # the server sends anyway (a gzip bomb stays a few KiB).
     handle.setopt(pycurl.HTTP_CONTENT_DECODING, 0)
     handle.setopt(pycurl.TCP_NODELAY, 1)
+    if not proxy_configured():
+        # Without these, libcurl looks up five proxy variables in the environment for every
+        # transfer, reused connection or not (1,500 instructions per file, 1.5% of a
+        # worker). Set only when the lookup would find nothing: a proxy in the environment
+        # is used exactly as libcurl would use it.
+        handle.setopt(pycurl.PROXY, "")
+        handle.setopt(pycurl.NOPROXY, "")
     return handle
 
 

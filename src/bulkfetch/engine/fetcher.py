@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import heapq
 import itertools
 import random
@@ -18,6 +17,7 @@ from itertools import repeat
 import pycurl
 
 from bulkfetch.config import GetOptions
+from bulkfetch.digest import SMALL_BODY, builtin_md5, openssl_md5
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
     header_value,
@@ -32,7 +32,6 @@ from bulkfetch.sinks.base import Sink, SinkFailure, Writer
 from bulkfetch.sources.base import Source
 
 _HEX = frozenset("0123456789abcdef")
-_md5 = hashlib.md5
 _URL = pycurl.URL
 
 
@@ -199,7 +198,8 @@ class Fetcher:
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             digest = None
             if self.verify:
-                digest = _md5(body).hexdigest()
+                digest = (builtin_md5 if len(body) < SMALL_BODY else openssl_md5)(
+                    body).hexdigest()  # md5_hex() inlined: this runs once per file
                 # The common case costs one list search for the exact header line: a strong
                 # ETag that is the body's MD5, which also proves the body whole (no
                 # Content-Length check needed). Any other spelling takes the full parse.

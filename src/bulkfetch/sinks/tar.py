@@ -17,7 +17,6 @@ journal. index.recover() handles a run killed between any two of those steps.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sqlite3
 import time
@@ -27,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from bulkfetch import index
+from bulkfetch.digest import md5_hex
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import SinkFatal, Writer
 
@@ -146,7 +146,7 @@ class _Shard:
             pad = _PADS[-size % BLOCK]
             self.offset = data_at + size + len(pad)
             self.buffer += (header, body, pad)
-        self.members += (name, data_at, size, md5 or hashlib.md5(body).hexdigest())
+        self.members += (name, data_at, size, md5 or md5_hex(body))
         if self.offset - self.flushed >= _FLUSH_AT:
             self._flush()
 
