@@ -1,15 +1,21 @@
 """Speed of `bulkfetch get` in the standard setup of BENCHMARKS.md, side by side with the
 reference loops, in one run:
 
-    python benchmarks/get.py [--files 200000] [--repeat 2] [--export-dir DIR]
+    python benchmarks/get.py [--files 200000] [--repeat 3] [--export-dir DIR]
 
 nginx serves a static export of the data set, pinned to core 0; every client row runs pinned
 to core 1 with one bulkfetch worker. Rows: a bare pycurl multi loop (bodies in memory), a
 bare loop creating 100-byte files, bulkfetch into the null, tar and directory sinks, and the case
 study's asyncio + aiohttp downloader in memory and writing files. CPU per file is user + sys
 of each row's whole process tree; files/s compares only within this run. The rows that write
-no files run first, then those that do; with --repeat, the rows of each group alternate and
-the table shows each row's median. Checks at the end: the issue's bars.
+no files run first, then those that do; with --repeat, the rows of each group run in rounds,
+every other round in reverse order (ABBA, so a drift of the machine's speed falls on both
+sides of a comparison), and the table shows each row's median.
+
+Checks at the end: the issues' bars. A bar between two rows of the same group (null against
+bare, tar against null) is the median over rounds of the ratio within each round, whose rows
+ran next to each other; every round's ratio is printed with it. A bar across the groups
+(dir against bare + create, against asyncio) compares the rows' medians.
 """
 
 from __future__ import annotations
@@ -123,7 +129,7 @@ def verify_report(report: Path, files: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--export-dir", type=Path, default=None,
                         help="reuse (or create) the nginx export here")
     parser.add_argument("--no-asyncio", action="store_true", help="skip the aiohttp rows")
@@ -177,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             for attempt in range(args.repeat):
                 if phase:
                     log(f"round {attempt + 1} of {args.repeat}: {len(phase)} rows")
-                for label, command, check in phase:
+                for label, command, check in phase[::-1] if attempt % 2 else phase:
                     settle(*(work / d for d in ("c", "dn", "dt", "dd", "da")))
                     log(f"  {label} ...")
                     measured = run_measured(command)
@@ -207,7 +213,7 @@ def table(rows: list[Row], files: int, placement: str, repeat: int) -> str:
     bare = next(r for r in rows if r.name.startswith("bare pycurl"))
     lines = [
         f"{files:,} files of 100 bytes from nginx (static export); {placement}; "
-        f"median of {repeat} alternating runs",
+        f"median of {repeat} rounds, every other one in reverse order",
         "",
         "| row | files/s | CPU µs/file | × bare pycurl CPU | × bare files/s | peak RSS MB "
         "| verified |",
@@ -222,24 +228,35 @@ def table(rows: list[Row], files: int, placement: str, repeat: int) -> str:
     return "\n".join(lines)
 
 
+def paired(row: Row, base: Row, value: str) -> tuple[float, list[float]]:
+    """Round by round ratio of `row` to `base` (rows of one group, run next to each other),
+    and the median of those ratios."""
+    ratios = [getattr(a, value) / getattr(b, value)
+              for a, b in zip(row.runs, base.runs, strict=True)]
+    return statistics.median(ratios), ratios
+
+
 def checks(rows: dict[str, Row]) -> str:
     bare = rows["bare pycurl loop (memory)"]
     null = rows["bulkfetch null, 1 worker"]
     tar = rows["bulkfetch tar, 1 worker"]
-    out = ["", "Bars of the issues:"]
+    out = ["", "Bars of the issues (paired: median over rounds of the ratio within a round):"]
 
     def bar(text: str, ok: bool) -> None:
         out.append(f"- [{'x' if ok else ' '}] {text}")
 
-    limit = 1.3 * bare.cpu_us
-    bar(f"null CPU/file {null.cpu_us:.1f} µs <= 1.3 × bare {bare.cpu_us:.1f} = {limit:.1f}",
-        null.cpu_us <= limit)
-    bar(f"null files/s {null.files_per_s:,.0f} >= 0.8 × bare {bare.files_per_s:,.0f}",
-        null.files_per_s >= 0.8 * bare.files_per_s)
-    bar(f"tar CPU/file {tar.cpu_us:.1f} µs <= 1.15 × null {null.cpu_us:.1f} = "
-        f"{1.15 * null.cpu_us:.1f} (issue 4)", tar.cpu_us <= 1.15 * null.cpu_us)
-    bar(f"tar files/s {tar.files_per_s:,.0f} >= 0.85 × null {null.files_per_s:,.0f} (issue 4)",
-        tar.files_per_s >= 0.85 * null.files_per_s)
+    def rounds(ratios: list[float]) -> str:
+        return "rounds " + ", ".join(f"{ratio:.3f}" for ratio in ratios)
+
+    # CPU per file: a ratio of cpu_seconds (same file count); files/s: the inverse of seconds
+    cpu, each = paired(null, bare, "cpu_seconds")
+    bar(f"null CPU/file {cpu:.3f} × bare (<= 1.3; {rounds(each)})", cpu <= 1.3)
+    speed, each = paired(bare, null, "seconds")
+    bar(f"null files/s {speed:.3f} × bare (>= 0.8; {rounds(each)})", speed >= 0.8)
+    cpu, each = paired(tar, null, "cpu_seconds")
+    bar(f"tar CPU/file {cpu:.3f} × null (<= 1.15, issue 4; {rounds(each)})", cpu <= 1.15)
+    speed, each = paired(null, tar, "seconds")
+    bar(f"tar files/s {speed:.3f} × null (>= 0.85, issue 4; {rounds(each)})", speed >= 0.85)
     if "bulkfetch dir, 1 worker" not in rows:
         return "\n".join(out)
     create = rows["bare create loop (files)"]

@@ -127,3 +127,24 @@ def test_cached_export_is_made_once_per_size_and_replaced_for_another(tmp_path: 
     assert "exported 30 files" in note
     assert len(list((directory / "files").iterdir())) == 30
     assert not (directory / ".complete-20").exists()
+
+
+def test_get_benchmark_script_verifies_every_row_and_pairs_rounds(tmp_path: Path) -> None:
+    """benchmarks/get.py at a small size: every row's download is verified, and each bar
+    between rows of one group lists one ratio per round (a smoke test, never of speed)."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "get.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--files", "1500", "--repeat", "2", "--no-dir",
+         "--export-dir", str(tmp_path / "export")],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")][1:]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| bare pycurl loop (memory)", "| bulkfetch null, 1 worker", "| bulkfetch tar, 1 worker"]
+    assert all("| yes: " in row for row in rows), rows
+    assert "1,500 indexed, 1,500 in" in rows[2]
+    bars = [line for line in done.stdout.splitlines() if line.startswith("- [")]
+    assert len(bars) == 4, done.stdout
+    for line in bars:
+        ratios = line.split("; rounds ")[1].rstrip(")").split(", ")
+        assert len(ratios) == 2 and all(float(ratio) > 0 for ratio in ratios), line
