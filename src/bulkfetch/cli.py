@@ -62,7 +62,7 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
     from rich.console import Console
 
     from bulkfetch.progress import make_display
-    from bulkfetch.report import print_summary, write_report
+    from bulkfetch.report import print_summary, stop_line, write_report
     from bulkfetch.runners.local import run
 
     display = make_display(quiet=quiet, force_plain=plain)
@@ -82,6 +82,8 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
         display.stop()
     if not quiet:
         print_summary(report, Console(stderr=True))
+    elif (line := stop_line(report)) is not None:
+        click.echo(f"bulkfetch: {line}", err=True)
     if report_path:
         from pathlib import Path
 
@@ -140,7 +142,9 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
 @click.option("--restart", is_flag=True, help="Forget DEST's journal and start over.")
 @click.option("--retry-failed", is_flag=True,
               help="Also re-attempt the files the journal lists as failed (resuming as usual).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress display and no summary.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress display and no summary; a run that stops on an error still "
+                   "says why.")
 @click.option("--plain", is_flag=True, help="Plain status lines even on a terminal.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               metavar="FILE.json", help="Write counts, rates, options and failures here.")

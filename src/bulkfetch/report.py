@@ -104,6 +104,11 @@ def _status(report: Report) -> tuple[str, str]:
     return " ".join(parts), "bold red"
 
 
+def stop_line(report: Report) -> str | None:
+    """What --quiet still says: why a run stopped on an error (None when it did not)."""
+    return _status(report)[0] if report.error is not None else None
+
+
 def summary_table(report: Report) -> Table:
     """The end-of-run summary: outcome, counts, bytes, time and rates."""
     table = Table(title="bulkfetch summary", show_header=False, box=box.SIMPLE_HEAD,

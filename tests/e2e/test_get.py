@@ -205,6 +205,8 @@ def test_a_proxy_in_the_environment_is_used_and_no_proxy_bypasses_it(
                        "--retries", "0")
     assert proc.returncode == 1
     assert f"127.0.0.1:{dead} over proxy" in report["error"], report["error"]
+    assert "the run stopped on an error" in proc.stderr  # --quiet still says why
+    assert f"127.0.0.1:{dead} over proxy" in proc.stderr
     assert server.requests() == [], "a request went around the proxy"
 
     monkeypatch.setenv("no_proxy", "127.0.0.1")

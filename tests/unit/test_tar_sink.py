@@ -298,3 +298,69 @@ def test_cached_header_tails_give_every_member_its_own_name_and_checksum(
     sink.close()
     read = read_shard(dest / "shard-000-000001.tar")
     assert [(name, data) for name, data, _ in read] == list(files.items())
+
+
+def live_counts(dest: Path) -> dict[str, int]:
+    with sqlite3.connect(dest / index.INDEX_NAME) as conn:
+        return dict(conn.execute("SELECT file, live FROM shards"))
+
+
+def test_superseded_shards_are_found_by_live_counts_without_scanning_members(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    conn = index.connect(dest, create=True)
+    md5 = "0" * 32
+    index.add_shard(conn, "shard-000-000000.tar", 0, 9, 0.0, [],
+                    [("a", 512, 1, md5), ("b", 1536, 1, md5), ("a", 2560, 1, md5)])
+    index.add_shard(conn, "shard-000-000001.tar", 0, 9, 0.0, [],
+                    [("b", 512, 1, md5), ("c", 1536, 1, md5)])
+    assert live_counts(dest) == {"shard-000-000000.tar": 1, "shard-000-000001.tar": 2}
+    index.add_shard(conn, "shard-000-000002.tar", 0, 9, 0.0, [], [("a", 512, 1, md5)])
+    plan = " ".join(row[-1] for row in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT file FROM shards WHERE live <= 0"))
+    conn.close()
+    assert "members" not in plan
+    for number in range(3):
+        (dest / f"shard-000-00000{number}.tar").write_bytes(b"x")
+    assert index.drop_superseded(dest) == ["shard-000-000000.tar"]
+    assert sorted(p.name for p in dest.glob("shard-*")) == [
+        "shard-000-000001.tar", "shard-000-000002.tar"]
+    assert live_counts(dest) == {"shard-000-000001.tar": 2, "shard-000-000002.tar": 1}
+    assert set(members(dest)) == {"a", "b", "c"}
+
+
+def test_an_index_of_schema_1_gets_its_live_counts(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with sqlite3.connect(dest / index.INDEX_NAME) as old:  # as bulkfetch wrote it before
+        old.executescript(f"""
+            CREATE TABLE shards (id INTEGER PRIMARY KEY, file TEXT NOT NULL UNIQUE,
+                worker INTEGER NOT NULL, files INTEGER NOT NULL, bytes INTEGER NOT NULL,
+                size INTEGER NOT NULL, closed_at REAL NOT NULL, pages TEXT NOT NULL);
+            CREATE TABLE members (name TEXT NOT NULL, shard INTEGER NOT NULL
+                REFERENCES shards(id), offset INTEGER NOT NULL, size INTEGER NOT NULL,
+                md5 TEXT NOT NULL);
+            CREATE UNIQUE INDEX members_by_name ON members(name);
+            INSERT INTO shards VALUES (1, 'shard-000-000000.tar', 0, 2, 2, 9, 0, '[]'),
+                                      (2, 'shard-000-000001.tar', 0, 1, 1, 9, 0, '[]');
+            INSERT INTO members VALUES ('a', 2, 512, 1, 'x'), ('b', 1, 1536, 1, 'x');
+            PRAGMA application_id = {index.APPLICATION_ID}; PRAGMA user_version = 1;""")
+    old.close()
+    conn = index.connect(dest, create=True)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == index.SCHEMA_VERSION
+    assert live_counts(dest) == {"shard-000-000000.tar": 1, "shard-000-000001.tar": 1}
+    index.add_shard(conn, "shard-000-000002.tar", 0, 9, 0.0, [], [("b", 512, 1, "y")])
+    conn.close()
+    assert live_counts(dest)["shard-000-000000.tar"] == 0  # the trigger works after it
+    assert index.drop_superseded(dest) == ["shard-000-000000.tar"]
+
+
+def test_an_index_from_a_newer_bulkfetch_is_refused(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with sqlite3.connect(dest / index.INDEX_NAME) as newer:
+        newer.execute(f"PRAGMA user_version = {index.SCHEMA_VERSION + 1}")
+    newer.close()
+    with pytest.raises(sqlite3.DatabaseError, match="newer than this bulkfetch"):
+        index.connect(dest, create=True)

@@ -90,9 +90,9 @@ def _prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:
                 index.forget_pages(dest)
             except sqlite3.Error:
                 index.remove_all(dest)
+        index.connect(dest, create=True).close()  # created, or migrated to this schema
         for report in index.recover(dest, journal.page_is_done):
             journal.page_done(report)
-        index.connect(dest, create=True).close()
         index.drop_superseded(dest)
     except (OSError, sqlite3.Error) as exc:
         raise BulkfetchError(f"cannot prepare the shards in {dest}: {exc}") from None
