@@ -27,7 +27,7 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from bulkfetch.models import Failure, PageReport
@@ -64,12 +64,30 @@ _SCHEMA = (
 # on (connect() sets it) that deletion fires this. Rows are never deleted otherwise.
 _TRIGGER = """CREATE TRIGGER IF NOT EXISTS members_superseded AFTER DELETE ON members
 BEGIN UPDATE shards SET live = live - 1 WHERE id = old.shard; END"""
-# Version 1 had no live counts: one grouped scan gives them.
+# Version 1 had no live counts: one grouped scan gives them, through a keyed temporary table
+# (UPDATE ... FROM would need SQLite 3.33; a subquery per shard would scan the members).
 _MIGRATE_FROM_1 = (
     "ALTER TABLE shards ADD COLUMN live INTEGER NOT NULL DEFAULT 0",
-    "UPDATE shards SET live = counts.n FROM (SELECT shard, count(*) AS n FROM members "
-    "GROUP BY shard) AS counts WHERE counts.shard = shards.id",
+    "CREATE TEMP TABLE live_counts (shard INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+    "INSERT INTO live_counts SELECT shard, count(*) FROM members GROUP BY shard",
+    "UPDATE shards SET live = coalesce((SELECT n FROM live_counts "
+    "WHERE live_counts.shard = shards.id), 0)",
+    "DROP TABLE live_counts",
 )
+
+
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction, taken at once (BEGIN IMMEDIATE): committed when the block ends,
+    rolled back when it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
 
 
 def shard_file(worker: int, number: int) -> str:
@@ -98,8 +116,7 @@ def connect(dest: Path, *, create: bool = False, threads: bool = False) -> sqlit
 
 
 def _create_or_migrate(conn: sqlite3.Connection, path: Path) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise sqlite3.DatabaseError(
@@ -113,11 +130,6 @@ def _create_or_migrate(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute(_TRIGGER)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
 
 
 def add_shard(conn: sqlite3.Connection, file: str, worker: int, size: int,
@@ -137,8 +149,7 @@ def add_shard_flat(conn: sqlite3.Connection, file: str, worker: int, size: int,
     """add_shard() with the members flattened: [name, offset, size, md5, name, ...], the
     form the tar sink accumulates them in."""
     files = len(flat) // 4
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         shard_id = conn.execute(
             "INSERT INTO shards (file, worker, files, bytes, size, closed_at, pages, live) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -159,11 +170,6 @@ def add_shard_flat(conn: sqlite3.Connection, file: str, worker: int, size: int,
                              (flat[at:at + step] for at in range(0, whole, step)))
         if whole < len(flat):
             conn.execute(insert((len(flat) - whole) // 4), flat[whole:])
-        conn.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
 
 
 def _pages_json(pages: Iterable[PageReport]) -> str:
@@ -239,17 +245,10 @@ def drop_superseded(dest: Path) -> list[str]:
     the shard files deleted."""
     if not (Path(dest) / INDEX_NAME).is_file():
         return []
-    with contextlib.closing(connect(dest)) as conn:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            files = [file for (file,) in conn.execute(
-                "SELECT file FROM shards WHERE live <= 0")]
-            conn.execute("DELETE FROM shards WHERE live <= 0")
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
+    with contextlib.closing(connect(dest)) as conn, _immediate(conn):
+        files = [file for (file,) in conn.execute(
+            "SELECT file FROM shards WHERE live <= 0")]
+        conn.execute("DELETE FROM shards WHERE live <= 0")
     for file in files:
         if SHARD_RE.match(file):
             with contextlib.suppress(FileNotFoundError):
