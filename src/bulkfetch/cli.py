@@ -59,8 +59,6 @@ def main() -> None:
 
 def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
                   report_path: str | None) -> Report:
-    from rich.console import Console
-
     from bulkfetch.progress import make_display
     from bulkfetch.report import print_summary, stop_line, write_report
     from bulkfetch.runners.local import run
@@ -81,6 +79,8 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
     finally:
         display.stop()
     if not quiet:
+        from rich.console import Console
+
         print_summary(report, Console(stderr=True))
     elif (line := stop_line(report)) is not None:
         click.echo(f"bulkfetch: {line}", err=True)

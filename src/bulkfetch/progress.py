@@ -16,17 +16,14 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
-from rich.console import Console, RenderableType
 from rich.filesize import decimal
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.spinner import Spinner
-from rich.table import Table
-from rich.text import Text
 
 from bulkfetch.models import Progress
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
 __all__ = [
     "Display",
@@ -56,6 +53,8 @@ def make_display(*, quiet: bool, stream: TextIO | None = None, force_plain: bool
     out = stream if stream is not None else sys.stderr
     if force_plain or not _is_terminal(out):
         return PlainDisplay(out, interval_s=interval_s, clock=clock)
+    from rich.console import Console
+
     return RichDisplay(Console(file=out), clock=clock)
 
 
@@ -253,6 +252,8 @@ class PlainDisplay:
 
 
 # -- rich -----------------------------------------------------------------------------------
+# rich's live machinery is imported where it is used: logs and --quiet runs never need it,
+# and loading it costs more than the rest of bulkfetch's start-up.
 
 
 class RichDisplay:
@@ -261,6 +262,10 @@ class RichDisplay:
     def __init__(self, console: Console | None = None, *,
                  clock: Callable[[], float] = time.monotonic,
                  refresh_per_second: float = 4.0) -> None:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.spinner import Spinner
+
         self.console = console if console is not None else Console(stderr=True)
         self._clock = clock
         self._window = RateWindow()
@@ -291,6 +296,10 @@ class RichDisplay:
         return self.render()
 
     def render(self) -> RenderableType:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
         p = self._progress
         avg = _averages(p)
         now = self._window.rates()

@@ -19,15 +19,16 @@ import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich import box
-from rich.console import Console
 from rich.filesize import decimal
-from rich.table import Table
-from rich.text import Text
 
 from bulkfetch.models import Report
 from bulkfetch.redact import redact_text, redact_value
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = [
     "MAX_REPORT_FAILURES",
@@ -111,6 +112,12 @@ def stop_line(report: Report) -> str | None:
 
 def summary_table(report: Report) -> Table:
     """The end-of-run summary: outcome, counts, bytes, time and rates."""
+    # rich's tables and consoles load late: a --quiet run never draws one, and importing
+    # them is about a third of bulkfetch's start-up.
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title="bulkfetch summary", show_header=False, box=box.SIMPLE_HEAD,
                   title_justify="left", title_style="bold")
     table.add_column(style="dim", no_wrap=True)
@@ -142,6 +149,10 @@ def summary_table(report: Report) -> Table:
 
 def print_summary(report: Report, console: Console) -> None:
     """The summary table, the first few failures, and what the exit status means."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     console.print(summary_table(report))
     total = _failures_total(report)
     shown = report.failures[:SUMMARY_FAILURES]

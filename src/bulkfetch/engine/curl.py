@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from email.utils import parsedate_to_datetime
 
 import pycurl
 
@@ -76,6 +75,8 @@ def retry_after_seconds(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
+    from email.utils import parsedate_to_datetime  # rare: loading it is 7 ms of start-up
+
     try:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError, IndexError, OverflowError):

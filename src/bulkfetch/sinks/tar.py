@@ -22,13 +22,16 @@ import sqlite3
 import time
 import zlib
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bulkfetch import index
 from bulkfetch.digest import md5_hex
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import SinkFatal, Writer
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 BLOCK = 512
 _ZEROS = bytes(BLOCK)
@@ -276,6 +279,8 @@ class TarSink:
             shard.discard()
             return held
         if self.closer is None:
+            from concurrent.futures import ThreadPoolExecutor  # tar runs only: 9 ms to load
+
             self.closer = ThreadPoolExecutor(1, thread_name_prefix="bulkfetch-shard-closer")
         self.closing.append(self.closer.submit(shard.close, self._connection()))
         return self.ready()
