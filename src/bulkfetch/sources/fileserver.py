@@ -28,6 +28,12 @@ def redact(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
 
 
+def _where(url: str) -> str:
+    """How messages name a list page. Built only for a message: redacting costs more than
+    the rest of handling a good page."""
+    return f"listing {redact(url)}"
+
+
 class FileServerSource:
     def __init__(self, base_url: str, shape: SourceShape, timeouts: Timeouts,
                  max_page_size: int = DEFAULT_MAX_PAGE_SIZE) -> None:
@@ -69,38 +75,39 @@ class FileServerSource:
 
     def list_page(self, token: str | None) -> ListedPage:
         url = self.list_url(token)
-        where = f"listing {redact(url)}"
-        status, headers, body = self._get(url, where)
+        status, headers, body = self._get(url)
         if status != 200:
             retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
-            raise ListingError(f"{where}: HTTP {status}", retryable_status(status), retry_after)
+            raise ListingError(f"{_where(url)}: HTTP {status}", retryable_status(status),
+                               retry_after)
         content_type = (header_value(headers, b"content-type") or "").lower()
         if "html" in content_type:
-            raise ListingError(f"{where}: expected JSON but the server sent {content_type}",
+            raise ListingError(f"{_where(url)}: expected JSON but the server sent {content_type}",
                                retryable=False)
         try:
             page = json.loads(body)
         except ValueError as exc:
-            raise ListingError(f"{where}: malformed JSON ({exc})", retryable=True) from None
-        return self._validate(page, headers, where)
+            raise ListingError(f"{_where(url)}: malformed JSON ({exc})", retryable=True) from None
+        return self._validate(page, headers, url)
 
-    def _validate(self, page: object, headers: list[bytes], where: str) -> ListedPage:
+    def _validate(self, page: object, headers: list[bytes], url: str) -> ListedPage:
         names_key, next_key = self.shape.names_key, self.shape.next_key
         if not isinstance(page, dict) or not isinstance(page.get(names_key), list):
-            raise ListingError(f"{where}: no {names_key!r} list in the JSON", retryable=False)
+            raise ListingError(f"{_where(url)}: no {names_key!r} list in the JSON",
+                               retryable=False)
         names = page[names_key]
         if not set(map(type, names)) <= {str}:  # json.loads makes no str subclasses
-            raise ListingError(f"{where}: {names_key!r} holds non-string entries",
+            raise ListingError(f"{_where(url)}: {names_key!r} holds non-string entries",
                                retryable=False)
         following = page.get(next_key)
         if following is not None and (not isinstance(following, str) or not following):
-            raise ListingError(f"{where}: {next_key!r} is not a non-empty string",
+            raise ListingError(f"{_where(url)}: {next_key!r} is not a non-empty string",
                                retryable=False)
         total_text = header_value(headers, b"x-total-files")
         total = int(total_text) if total_text and total_text.isdigit() else None
         return ListedPage(tuple(names), following, total)
 
-    def _get(self, url: str, where: str) -> tuple[int, list[bytes], bytes]:
+    def _get(self, url: str) -> tuple[int, list[bytes], bytes]:
         if self._handle is None:
             self._handle = new_handle(self.timeouts)
             # libcurl refuses a larger announced Content-Length and stops a longer body.
@@ -116,10 +123,11 @@ class FileServerSource:
             code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
             if code == pycurl.E_FILESIZE_EXCEEDED:
                 raise ListingError(
-                    f"{where}: the page is larger than {self.max_page_size:,} bytes; a server "
-                    "sending pages this large is broken or hostile (raise --max-page-size "
+                    f"{_where(url)}: the page is larger than {self.max_page_size:,} bytes; a "
+                    "server sending pages this large is broken or hostile (raise --max-page-size "
                     "if you trust it)", retryable=False) from None
-            raise ListingError(f"{where}: {message} (curl error {code})", retryable=True) from None
+            raise ListingError(f"{_where(url)}: {message} (curl error {code})",
+                               retryable=True) from None
         status = int(handle.getinfo(pycurl.RESPONSE_CODE))
         # After redirects only the last response's headers count.
         starts = [i for i, line in enumerate(headers) if line.startswith(b"HTTP/")]
