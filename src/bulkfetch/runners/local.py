@@ -248,9 +248,13 @@ class _Coordinator:
                     interrupted = True
                     break
                 try:
+                    # With no page out, the next thing that matters is a listed page (at the
+                    # start, or when listing falls behind): wait on the lister, not on the
+                    # workers, or each such page would sit up to one collect timeout.
+                    starving = not self.listing_over and self.pages_out == 0
                     if not self.listing_over:
-                        self._dispatch(lister, tasks)
-                    self._collect(results, timeout=0.05)
+                        self._dispatch(lister, tasks, wait=0.05 if starving else 0.0)
+                    self._collect(results, timeout=0.0 if starving else 0.05)
                 except JournalIOError as exc:
                     self._journal_failed(exc)
                 dead = [w for w in workers if not w.is_alive()]
@@ -320,12 +324,15 @@ class _Coordinator:
             self.error = str(exc)
         self.listing_over = True
 
-    def _dispatch(self, lister: Lister, tasks: Any) -> None:
+    def _dispatch(self, lister: Lister, tasks: Any, wait: float = 0.0) -> None:
+        """Send listed pages while fewer than the limit are out; `wait` seconds at most for
+        the first one."""
         while self.pages_out < self.options.limits.max_pages_out:
             try:
-                event = lister.out.get_nowait()
+                event = lister.out.get(timeout=wait) if wait else lister.out.get_nowait()
             except queue.Empty:
                 return
+            wait = 0.0
             if isinstance(event, ListingFinished):
                 self.journal.finish_listing()
                 self.listing_done = self.listing_over = True
