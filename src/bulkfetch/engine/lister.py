@@ -3,7 +3,6 @@ at most `ahead` pages ahead of the coordinator (a bounded queue)."""
 
 from __future__ import annotations
 
-import hashlib
 import queue
 import random
 import threading
@@ -32,14 +31,6 @@ class ListingFailed:
 
 
 ListerEvent = Listed | ListingFinished | ListingFailed
-
-
-def _digest(items: tuple[str, ...]) -> bytes:
-    """What tells a repeated page (b"" for an empty page, which never counts as a repeat)."""
-    if not items:
-        return b""
-    return hashlib.blake2b("\0".join(items).encode("utf-8", "surrogatepass"),
-                           digest_size=16).digest()
 
 
 class Lister(threading.Thread):
@@ -100,25 +91,27 @@ class Lister(threading.Thread):
         if not self.list_more:
             self._put(ListingFinished())
             return
-        seq, token, previous = self.start_seq, self.start_token, b""
+        # The previous page's names, to catch a page repeated under a new token; kept whole
+        # (one page), since comparing tuples stops at the first name that differs.
+        seq, token = self.start_seq, self.start_token
+        previous: tuple[str, ...] = ()
         if self.before is not None:
             # Resuming: list the last journaled page again, so that a next page repeating it
             # is caught as it was in the run that listed it.
             page = self._list(*self.before)
             if page is None:
                 return
-            previous = _digest(page.items)
+            previous = page.items
         while not self.stopping.is_set():
             page = self._list(seq, token)
             if page is None:
                 return
-            digest = _digest(page.items)
-            if digest and digest == previous:
+            if page.items and page.items == previous:  # an empty page is never a repeat
                 self._put(ListingFailed(
                     f"page {seq} repeats page {seq - 1} under a new token: the server's "
                     "pagination is broken"))
                 return
-            previous = digest
+            previous = page.items
             if not self._put(Listed(seq, token, page)):
                 return
             if page.next_token is None:

