@@ -29,8 +29,7 @@ def redact(url: str) -> str:
 
 
 def _where(url: str) -> str:
-    """How messages name a list page. Built only for a message: redacting costs more than
-    the rest of handling a good page."""
+    """How messages name a list page (built only when a message needs it)."""
     return f"listing {redact(url)}"
 
 
@@ -97,7 +96,7 @@ class FileServerSource:
                                retryable=False)
         names = page[names_key]
         try:
-            "".join(names)  # a C-speed check that every entry is a str (4x a set of types)
+            "".join(names)  # a C-speed check that every entry is a str (3x a set of types)
         except TypeError:
             raise ListingError(f"{_where(url)}: {names_key!r} holds non-string entries",
                                retryable=False) from None
