@@ -226,6 +226,36 @@ def recover(dest: Path, is_done: Callable[[int], bool]) -> list[PageReport]:
     return sorted(missing, key=lambda report: report.seq)
 
 
+def stored_after_failing(dest: Path, failures: Iterable[tuple[int, str]]) -> dict[str, int]:
+    """Of journaled failures (page seq, name), the names a --retry-failed pass stored whose
+    page report never reached the journal (the run was killed in between): the name's row
+    points into a shard holding a report of that page. Returns name -> size. Failures come in
+    page order, so only the shards last looked at are kept in memory."""
+    found: dict[str, int] = {}
+    if not (Path(dest) / INDEX_NAME).is_file():
+        return found
+    pages_of: dict[int, set[int]] = {}
+    with contextlib.closing(connect(dest)) as conn:
+        for seq, name in failures:
+            try:
+                row = conn.execute("SELECT shard, size FROM members WHERE name = ?",
+                                   (name,)).fetchone()
+            except UnicodeEncodeError:  # a name that is not UTF-8 is never stored
+                continue
+            if row is None:
+                continue
+            shard, size = row
+            if shard not in pages_of:
+                if len(pages_of) >= 64:
+                    pages_of.clear()
+                (pages,) = conn.execute("SELECT pages FROM shards WHERE id = ?",
+                                        (shard,)).fetchone()
+                pages_of[shard] = {report.seq for report in _pages_from_json(pages)}
+            if seq in pages_of[shard]:
+                found[name] = size
+    return found
+
+
 def forget_pages(dest: Path) -> None:
     """--restart: the shards of earlier runs stay, readable as before, but their page reports
     no longer count for the new journal (recover() would mark those pages done unfetched).

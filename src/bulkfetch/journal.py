@@ -27,7 +27,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -527,14 +527,19 @@ class Journal:
         row = self._one("SELECT status FROM pages WHERE seq = ?", (seq,))
         return row is not None and row[0] == "done"
 
-    def retry_succeeded(self, names: Iterable[str]) -> None:
-        """Names that succeeded on a retry pass: out of failures, counted ok on their page."""
+    def retry_succeeded(self, names: Iterable[str], *,
+                        sizes: Mapping[str, int] | None = None) -> None:
+        """Names that succeeded on a retry pass: out of failures, counted ok on their page.
+        `sizes` adds their bytes to the page too, for stores no page report brings (found in
+        the tar index after a kill); a name no longer failed is left alone."""
+        sizes = sizes or {}
         with self._write() as c:
             it = iter(names)
-            while chunk := [(_name(n),) for _, n in zip(range(_CHUNK), it, strict=False)]:
-                c.executemany("UPDATE pages SET ok = ok + 1 WHERE seq = "
-                              "(SELECT seq FROM failures WHERE name = ?)", chunk)
-                c.executemany("DELETE FROM failures WHERE name = ?", chunk)
+            while chunk := [(n, _name(n)) for _, n in zip(range(_CHUNK), it, strict=False)]:
+                c.executemany("UPDATE pages SET ok = ok + 1, bytes = bytes + ? WHERE seq = "
+                              "(SELECT seq FROM failures WHERE name = ?)",
+                              [(sizes.get(n, 0), key) for n, key in chunk])
+                c.executemany("DELETE FROM failures WHERE name = ?", [(key,) for _, key in chunk])
 
     def record_error(self, message: str) -> None:
         with self._write() as c:

@@ -93,9 +93,19 @@ def _prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:
         index.connect(dest, create=True).close()  # created, or migrated to this schema
         for report in index.recover(dest, journal.page_is_done):
             journal.page_done(report)
+        _journal_stored_retries(dest, journal)
         index.drop_superseded(dest)
     except (OSError, sqlite3.Error) as exc:
         raise BulkfetchError(f"cannot prepare the shards in {dest}: {exc}") from None
+
+
+def _journal_stored_retries(dest: Path, journal: Journal) -> None:
+    """A --retry-failed page's report is not replayed by recover() (the page is done
+    already): the names that pass stored, found in the index, leave the journal's failures
+    here, or a later --retry-failed would store them a second time."""
+    stored = index.stored_after_failing(dest, journal.failed_names())
+    if stored:
+        journal.retry_succeeded(stored, sizes=stored)
 
 
 def _remove_temporaries(dest: Path, sink_kind: str) -> None:
@@ -311,6 +321,7 @@ class _Coordinator:
         try:
             for report in index.recover(Path(self.options.dest), self.journal.page_is_done):
                 self._page_done(report)
+            _journal_stored_retries(Path(self.options.dest), self.journal)
         except (OSError, sqlite3.Error):
             pass  # the next start recovers them
         except JournalIOError as exc:

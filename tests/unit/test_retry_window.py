@@ -1,0 +1,75 @@
+"""A --retry-failed pass into tar shards, killed after a shard was indexed and before its
+page report reached the journal: the next start finds the names that pass stored and takes
+them out of the journal's failures (recover() does not replay a page that is done already)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bulkfetch import index
+from bulkfetch.journal import Journal
+from bulkfetch.models import Failure, PageReport
+from bulkfetch.runners.local import _journal_stored_retries
+
+MD5 = "0" * 32
+
+
+def _journal_with_failures(dest: Path) -> Journal:
+    """Page 3 done in an earlier run: 2 files ok (200 bytes), a, b and c failed."""
+    journal = Journal.open(dest, {"source": "test", "sink": {"kind": "tar", "fanout": 0}})
+    journal.add_page(3, "t3", None, 5)
+    journal.page_done(PageReport(3, 2, 200, (Failure("a", "HTTP 500", 9),
+                                             Failure("b", "HTTP 500", 9),
+                                             Failure("c\udcff", "unsafe name", 0))))
+    return journal
+
+
+def test_names_a_killed_retry_pass_stored_leave_the_failures_with_their_bytes(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    journal = _journal_with_failures(dest)
+    conn = index.connect(dest, create=True)
+    # The first run's shard holds page 3's report and its two good files.
+    index.add_shard(conn, "shard-000-000000.tar", 0, 4096, 0.0, [PageReport(3, 2, 200)],
+                    [("x", 512, 100, MD5), ("y", 1536, 100, MD5)])
+    # The retry pass stored a (70 bytes) but not b; killed before journaling the report.
+    index.add_shard(conn, "shard-000-000001.tar", 0, 2048, 0.0,
+                    [PageReport(3, 1, 70, (Failure("b", "HTTP 500", 9),))],
+                    [("a", 512, 70, MD5)])
+    conn.close()
+    before = journal.totals()
+
+    assert index.stored_after_failing(dest, journal.failed_names()) == {"a": 70}
+    _journal_stored_retries(dest, journal)
+
+    assert [name for _, name in journal.failed_names()] == ["b", "c\udcff"]
+    after = journal.totals()
+    assert (after.files_ok, after.files_failed) == (before.files_ok + 1,
+                                                    before.files_failed - 1)
+    assert after.bytes == before.bytes + 70
+    _journal_stored_retries(dest, journal)  # again: nothing left to move
+    assert journal.totals() == after
+    journal.close()
+
+
+def test_a_name_kept_from_before_a_restart_does_not_count_for_the_new_journal(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    conn = index.connect(dest, create=True)
+    # An earlier run stored a; --restart then forgot that shard's page reports.
+    index.add_shard(conn, "shard-000-000000.tar", 0, 2048, 0.0, [PageReport(3, 3, 300)],
+                    [("a", 512, 70, MD5)])
+    conn.close()
+    index.forget_pages(dest)
+    journal = _journal_with_failures(dest)  # the new run's page 3 failed a
+
+    assert index.stored_after_failing(dest, journal.failed_names()) == {}
+    _journal_stored_retries(dest, journal)
+    assert [name for _, name in journal.failed_names()] == ["a", "b", "c\udcff"]
+    journal.close()
+
+
+def test_no_index_means_nothing_stored(tmp_path: Path) -> None:
+    assert index.stored_after_failing(tmp_path, iter([(0, "a")])) == {}
