@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from bulkfetch import index
+from bulkfetch.api import build_options
 from bulkfetch.journal import Journal
 from bulkfetch.models import Failure, PageReport
-from bulkfetch.runners.local import _journal_stored_retries
+from bulkfetch.runners.local import _Coordinator, _journal_stored_retries
+from bulkfetch.sources import make_source
 
 MD5 = "0" * 32
 
@@ -73,3 +75,25 @@ def test_a_name_kept_from_before_a_restart_does_not_count_for_the_new_journal(
 
 def test_no_index_means_nothing_stored(tmp_path: Path) -> None:
     assert index.stored_after_failing(tmp_path, iter([(0, "a")])) == {}
+
+
+def test_at_the_end_of_a_run_only_retry_pages_without_a_report_are_looked_at(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    journal = _journal_with_failures(dest)
+    conn = index.connect(dest, create=True)
+    index.add_shard(conn, "shard-000-000001.tar", 0, 2048, 0.0, [PageReport(3, 1, 70)],
+                    [("a", 512, 70, MD5)])
+    conn.close()
+    (dest / "shard-000-000001.tar").write_bytes(b"")  # recover() keeps an indexed shard
+    options = build_options("http://127.0.0.1:9", dest, workers=1, sink="tar")
+    coordinator = _Coordinator(options, make_source(options), journal, None)
+
+    coordinator._settle_shards()  # every retry report arrived: the failures are not scanned
+    assert [name for _, name in journal.failed_names()] == ["a", "b", "c\udcff"]
+
+    coordinator.retrying = {3: ("a", "b")}  # page 3's retry report never came up
+    coordinator._settle_shards()
+    assert [name for _, name in journal.failed_names()] == ["b", "c\udcff"]
+    journal.close()

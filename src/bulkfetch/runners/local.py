@@ -15,7 +15,7 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +99,14 @@ def _prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:
         raise BulkfetchError(f"cannot prepare the shards in {dest}: {exc}") from None
 
 
-def _journal_stored_retries(dest: Path, journal: Journal) -> None:
+def _journal_stored_retries(dest: Path, journal: Journal,
+                            failures: Iterable[tuple[int, str]] | None = None) -> None:
     """A --retry-failed page's report is not replayed by recover() (the page is done
     already): the names that pass stored, found in the index, leave the journal's failures
-    here, or a later --retry-failed would store them a second time."""
-    stored = index.stored_after_failing(dest, journal.failed_names())
+    here, or a later --retry-failed would store them a second time. `failures`: the (seq,
+    name) to look at; every journaled failure when not given."""
+    stored = index.stored_after_failing(
+        dest, journal.failed_names() if failures is None else failures)
     if stored:
         journal.retry_succeeded(stored, sizes=stored)
 
@@ -321,7 +324,10 @@ class _Coordinator:
         try:
             for report in index.recover(Path(self.options.dest), self.journal.page_is_done):
                 self._page_done(report)
-            _journal_stored_retries(Path(self.options.dest), self.journal)
+            if self.retrying:  # retry pages whose reports never came: only their names
+                _journal_stored_retries(Path(self.options.dest), self.journal, (
+                    (seq, self._name_of(item))
+                    for seq, items in self.retrying.items() for item in items))
         except (OSError, sqlite3.Error):
             pass  # the next start recovers them
         except JournalIOError as exc:
