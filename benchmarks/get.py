@@ -7,10 +7,12 @@ nginx serves a static export of the data set, pinned to core 0; every client row
 to core 1 with one bulkfetch worker. Rows: a bare pycurl multi loop (bodies in memory), a
 bare loop creating 100-byte files, bulkfetch into the null, tar and directory sinks, and the case
 study's asyncio + aiohttp downloader in memory and writing files. CPU per file is user + sys
-of each row's whole process tree; files/s compares only within this run. The rows that write
-no files run first, then those that do; with --repeat, the rows of each group run in rounds,
-every other round in reverse order (ABBA, so a drift of the machine's speed falls on both
-sides of a comparison), and the table shows each row's median.
+of each row's whole process tree; files/s compares only within this run. An unmeasured pass
+of the bare loop warms nginx first. The rows that write no files run first, then those that
+do, each of those on a new filesystem where root may make one (bulkfetch.bench.scratch
+says why); with --repeat, the rows of each group run in rounds, every other round in reverse
+order (ABBA, so a drift of the machine's speed falls on both sides of a comparison), and the
+table shows each row's median and every round's CPU per file.
 
 Checks at the end: the issues' bars. A bar between two rows of the same group (null against
 bare, tar against null) is the median over rounds of the ratio within each round, whose rows
@@ -21,6 +23,7 @@ ran next to each other; every round's ratio is printed with it. A bar across the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import shutil
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import (
+    FreshFilesystems,
     Measured,
     bulkfetch_command,
     cached_export,
@@ -43,7 +47,9 @@ from harness import (
 )
 
 HERE = Path(__file__).resolve().parent
-FILE_ROWS = {"bare create loop (files)", "bulkfetch dir, 1 worker", "asyncio+aiohttp (files)"}
+# The rows that create files, each with the directory a new filesystem is mounted on for it.
+FILE_ROWS = {"bare create loop (files)": "fs-c", "bulkfetch dir, 1 worker": "fs-d",
+             "asyncio+aiohttp (files)": "fs-a"}
 
 
 @dataclass
@@ -162,16 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if not args.no_dir:
         plan.insert(1, ("bare create loop (files)",
-                        [*baselines, "create", str(work / "c"), str(n)], "count"))
-        plan.append(("bulkfetch dir, 1 worker", [*bulkfetch, "get", base, str(work / "dd"),
+                        [*baselines, "create", str(work / "fs-c" / "c"), str(n)], "count"))
+        plan.append(("bulkfetch dir, 1 worker", [*bulkfetch, "get", base,
+                                                 str(work / "fs-d" / "dd"),
                                                  "--workers", "1", "-q", "--report",
                                                  str(work / "rd.json")], "dir"))
     if not args.no_asyncio and not args.no_dir:
         plan += [
             ("asyncio+aiohttp (memory)", [*baselines, "asyncio", base, str(n)], "count"),
             ("asyncio+aiohttp (files)", [*baselines, "asyncio", base, str(n),
-                                         str(work / "da")], "count"),
+                                         str(work / "fs-a" / "da")], "count"),
         ]
+    filesystems = FreshFilesystems(work) if not args.no_dir else None
+    if filesystems is not None:
+        log(filesystems.note)
     # The rows that write files run after every round of the rows that write none, so that
     # file-system work they leave behind (journal, discard, writeback) cannot fall on the
     # rows the main bars compare.
@@ -179,24 +189,30 @@ def main(argv: list[str] | None = None) -> int:
               [step for step in plan if step[0] in FILE_ROWS]]
     rows: dict[str, Row] = {label: Row(label, [], n, "") for label, _, _ in plan}
     try:
+        # nginx starts with its open-file cache empty: the first row would wait on it, and a
+        # client that waits wakes more often per file. One unmeasured pass fills it.
+        log("warm-up: one unmeasured pass of the bare pycurl loop")
+        run_measured(plan[0][1])
         for phase in phases:
             for attempt in range(args.repeat):
                 if phase:
                     log(f"round {attempt + 1} of {args.repeat}: {len(phase)} rows")
                 for label, command, check in phase[::-1] if attempt % 2 else phase:
-                    settle(*(work / d for d in ("c", "dn", "dt", "dd", "da")))
+                    settle(work / "dn", work / "dt")
                     log(f"  {label} ...")
-                    measured = run_measured(command)
-                    if check == "count":
-                        verified = verify_count(measured, n)
-                    elif check == "report":
-                        verified = verify_report(work / "rn.json", n)
-                    elif check == "tar":
-                        verified = verify_report(work / "rt.json", n)
-                        if verified.startswith("yes"):
-                            verified = verify_tar(work / "dt", export, n)
-                    else:
-                        verified = verify_dir(work / "dd", export, n)
+                    with (filesystems.row(work / FILE_ROWS[label], n)
+                          if filesystems and label in FILE_ROWS else contextlib.nullcontext()):
+                        measured = run_measured(command)
+                        if check == "count":
+                            verified = verify_count(measured, n)
+                        elif check == "report":
+                            verified = verify_report(work / "rn.json", n)
+                        elif check == "tar":
+                            verified = verify_report(work / "rt.json", n)
+                            if verified.startswith("yes"):
+                                verified = verify_tar(work / "dt", export, n)
+                        else:
+                            verified = verify_dir(work / "fs-d" / "dd", export, n)
                     row = rows[label]
                     row.runs.append(measured)
                     if not row.verified.startswith("NO"):
@@ -204,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         nginx.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print(table(list(rows.values()), n, place.note, args.repeat))
+    placement = place.note if filesystems is None else f"{place.note}; {filesystems.note}"
+    print(table(list(rows.values()), n, placement, args.repeat))
     print(checks(rows))
     return 0
 
@@ -216,14 +233,15 @@ def table(rows: list[Row], files: int, placement: str, repeat: int) -> str:
         f"median of {repeat} rounds, every other one in reverse order",
         "",
         "| row | files/s | CPU µs/file | × bare pycurl CPU | × bare files/s | peak RSS MB "
-        "| verified |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| verified | CPU µs/file by round |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
+        by_round = ", ".join(f"{run.cpu_seconds / files * 1e6:.1f}" for run in row.runs)
         lines.append(
             f"| {row.name} | {row.files_per_s:,.0f} | {row.cpu_us:.1f} | "
             f"{row.cpu_us / bare.cpu_us:.2f} | {row.files_per_s / bare.files_per_s:.2f} | "
-            f"{row.peak_mb:.0f} | {row.verified} |"
+            f"{row.peak_mb:.0f} | {row.verified} | {by_round} |"
         )
     return "\n".join(lines)
 

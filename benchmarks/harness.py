@@ -31,9 +31,11 @@ from bulkfetch.bench.harness import (
     tree_cpu_seconds,
     tree_pids,
 )
+from bulkfetch.bench.scratch import FreshFilesystems
 
 __all__ = [
     "CLOCK_TICKS",
+    "FreshFilesystems",
     "Measured",
     "Pinning",
     "Server",

@@ -148,3 +148,24 @@ def test_get_benchmark_script_verifies_every_row_and_pairs_rounds(tmp_path: Path
     for line in bars:
         ratios = line.split("; rounds ")[1].rstrip(")").split(", ")
         assert len(ratios) == 2 and all(float(ratio) > 0 for ratio in ratios), line
+
+
+def test_get_benchmark_script_runs_the_file_rows_each_on_its_own_filesystem(
+        tmp_path: Path) -> None:
+    """The rows that create files are verified like the others, and the table says where
+    they ran: on a new ext4 each when this machine lets root make one, else in a directory."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "get.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--files", "1500", "--repeat", "1", "--no-asyncio",
+         "--export-dir", str(tmp_path / "export")],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    header = done.stdout.splitlines()[0]
+    assert ("each on a new ext4" in header) != ("earlier rows' deletes" in header), header
+    rows = {line.split(" | ")[0]: line for line in done.stdout.splitlines()
+            if line.startswith("| ")}
+    assert "| yes: 1,500 counted |" in rows["| bare create loop (files)"]
+    assert "| yes: 1,500 files, " in rows["| bulkfetch dir, 1 worker"]
+    assert rows["| bulkfetch dir, 1 worker"].count("0 wrong") == 1
+    with open("/proc/self/mounts") as mounts:  # each row's filesystem was unmounted
+        assert "/bulkfetch-bench-" not in mounts.read()
