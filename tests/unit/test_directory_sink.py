@@ -3,6 +3,7 @@ previous run left, never follow a planted symlink, and leave no temporary files.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,3 +54,36 @@ def test_a_directory_in_the_way_is_a_failure(sink: DirectorySink) -> None:
     with pytest.raises(SinkFailure, match="directory is in the way"):
         sink.write("d", b"x")
     assert (sink.dest / "d" / "inner").is_dir()
+
+
+def test_a_short_write_is_continued_until_the_body_is_whole(
+        sink: DirectorySink, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_write = os.write
+    calls: list[int] = []
+
+    def at_most_7_bytes(fd: int, data: bytes | memoryview) -> int:
+        calls.append(len(data))
+        return real_write(fd, data[:7])
+
+    monkeypatch.setattr("bulkfetch.sinks.directory.os.write", at_most_7_bytes)
+    body = bytes(range(100))
+    sink.write("flat", body)
+    sink.write("sub/dir/nested", body[:50])
+    assert (sink.dest / "flat").read_bytes() == body
+    assert (sink.dest / "sub/dir/nested").read_bytes() == body[:50]
+    assert calls[:3] == [100, 93, 86] and len(calls) == 15 + 8
+
+
+def test_fanout_places_flat_and_nested_names_under_hash_directories(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / TMP_DIR).mkdir(parents=True)
+    sink = DirectorySink(dest, 0, fanout=2)
+    try:
+        sink.write("flat", b"1")
+        sink.write("a/b", b"2")
+    finally:
+        sink.close()
+    for name, body in (("flat", b"1"), ("a/b", b"2")):
+        digest = hashlib.md5(name.encode()).hexdigest()
+        assert (dest / digest[:2] / digest[2:4] / name).read_bytes() == body
+    assert not (dest / "flat").exists()

@@ -93,10 +93,15 @@ class DirectorySink:
         return self.write
 
     def write(self, name: str, body: bytes, md5: str | None = None) -> None:
-        parts = local_parts(name, self.fanout)
-        parent = self._directory(tuple(parts[:-1]))
+        # Runs once per file: a name directly under DEST (the usual case) skips the path
+        # split, and a body taken by one write(2) (any small one) skips the memoryview loop.
+        if self.fanout or "/" in name:
+            parts = local_parts(name, self.fanout)
+            parent, leaf = self._directory(tuple(parts[:-1])), parts[-1]
+        else:
+            parent, leaf = self.dest_fd, name
         self.counter += 1
-        temporary = f"{self.prefix}{self.counter}"
+        temporary = self.prefix + str(self.counter)
         try:
             fd = os.open(temporary, _FILE_FLAGS, 0o644, dir_fd=self.tmp_fd)
         except OSError as exc:
@@ -104,12 +109,14 @@ class DirectorySink:
                 exc, f"cannot create a temporary file in {self.dest / TMP_DIR}") from None
         try:
             try:
-                view = memoryview(body)
-                while view:
-                    view = view[os.write(fd, view):]
+                written = os.write(fd, body)
+                if written < len(body):
+                    view = memoryview(body)[written:]
+                    while view:
+                        view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
-            os.rename(temporary, parts[-1], src_dir_fd=self.tmp_fd, dst_dir_fd=parent)
+            os.rename(temporary, leaf, src_dir_fd=self.tmp_fd, dst_dir_fd=parent)
         except OSError as exc:
             self._discard(temporary)
             if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
