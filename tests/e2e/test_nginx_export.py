@@ -278,3 +278,39 @@ def test_export_replaces_an_earlier_export_but_never_a_foreign_directory(
     done = _export(tmp_path, _free_port(), "--files", "10")
     assert done.returncode == 2 and "not empty" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "keep.txt"]
+
+
+@pytest.mark.nginx
+def test_get_from_nginx_with_its_own_etags_checks_lengths_and_stores_every_file(
+        tmp_path: Path) -> None:
+    """nginx's own ETag ("mtime-size") is no MD5: every file takes the fetcher's reading of
+    the whole header block, and nothing may be taken for a mismatch."""
+    port = _free_port()
+    export = tmp_path / "export"
+    done = _export(export, port, "--files", "3000", "--page-size", "500")
+    assert done.returncode == 0, done.stderr
+    config = export / "nginx.conf"
+    text = config.read_text()
+    assert text.count("add_header ETag $bulkfetch_etag always;") == 2
+    config.write_text(text.replace("etag off;", "etag on;").replace(
+        "add_header ETag $bulkfetch_etag always;", ""))
+    nginx = Nginx(config, port).start()
+    try:
+        first = Client(nginx.url).ask(_get_path("f0000000000"))
+        assert first[0] == 200 and "-" in first[1]["etag"], first[1]
+        dest, report = tmp_path / "dest", tmp_path / "report.json"
+        got = subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", nginx.url, str(dest), "--workers", "1",
+             "-q", "--report", str(report)],
+            capture_output=True, text=True, timeout=300, check=False)
+    finally:
+        nginx.stop()
+    assert got.returncode == 0, got.stderr[-2000:]
+    summary = json.loads(report.read_text())
+    assert summary["files_ok"] == 3000 and summary["files_failed"] == 0
+    assert summary["retries"] == 0
+    stored = sorted(p.name for p in dest.iterdir() if p.is_file())
+    assert len(stored) == 3000
+    for name in stored[::97]:
+        assert hashlib.md5((dest / name).read_bytes()).digest() == hashlib.md5(
+            (export / "files" / name).read_bytes()).digest()

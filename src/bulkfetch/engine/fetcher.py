@@ -32,6 +32,7 @@ from bulkfetch.sinks.base import Sink, SinkFailure, Writer
 from bulkfetch.sources.base import Source
 
 _HEX = frozenset("0123456789abcdef")
+_HEX_BYTES = frozenset(b"0123456789abcdef")
 _URL = pycurl.URL
 
 
@@ -70,10 +71,31 @@ def expected_md5(etag: str | None, content_md5: str | None) -> str | None:
     return None
 
 
+def stated_md5(lines: list[bytes]) -> str | None:
+    """expected_md5() of the raw header lines (the last ETag or Content-MD5 wins).
+
+    Every file from a server whose ETag is not an MD5 (nginx's "mtime-size", a multipart S3
+    ETag) comes here, so the usual case, an ETag and no Content-MD5, is read straight from
+    the lowered block: 11,246 against 17,252 instructions through header_values() for
+    nginx's ten header lines (callgrind, marginal per call). A weak tag, W/"...", keeps its
+    "w/" through the strip and so is never taken for 32 digits."""
+    lowered = b"".join(lines).lower()
+    if b"\ncontent-md5:" in lowered:
+        return expected_md5(*header_values(lines, b"etag", b"content-md5"))
+    at = lowered.rfind(b"\netag:")
+    if at < 0:
+        return None
+    end = lowered.find(b"\n", at + 6)
+    tag = lowered[at + 6 : end if end >= 0 else None].strip().strip(b'"')
+    if len(tag) == 32 and _HEX_BYTES.issuperset(tag):
+        return tag.decode("ascii")
+    return None
+
+
 def _mismatch(lines: list[bytes], digest: str) -> str | None:
     """Why a body with MD5 `digest` fails the server's stated checksum, or None when the
     server states none (or one that is not an MD5, such as a multipart S3 ETag)."""
-    expected = expected_md5(*header_values(lines, b"etag", b"content-md5"))
+    expected = stated_md5(lines)
     if expected is not None and expected != digest:
         return "MD5 of the body does not match the server's ETag/Content-MD5"
     return None
