@@ -1,6 +1,7 @@
 """One benchmark session: export the data set, start nginx as in the standard setup, measure
-the wrk ceiling, then every row in turn with a fresh DEST, letting the filesystem settle in
-between; each row is verified before the next starts."""
+the wrk ceiling, then every row in turn with a fresh DEST (on a new filesystem of its own for
+the rows that create files, where root may make one: bulkfetch.bench.scratch says why),
+letting the filesystem settle in between; each row is verified before the next starts."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from bulkfetch.bench.harness import (
 from bulkfetch.bench.machine import cores as machine_cores
 from bulkfetch.bench.machine import cpu_model
 from bulkfetch.bench.rows import Row, Skipped
+from bulkfetch.bench.scratch import FreshFilesystems
 from bulkfetch.bench.verify import (
     Check,
     combine,
@@ -105,8 +107,9 @@ def nginx_binary() -> str | None:
 
 class Session:
     def __init__(self, settings: Settings, place: Pinning, work: Path, export: Path,
-                 base: str, outcome: Outcome) -> None:
+                 base: str, outcome: Outcome, filesystems: FreshFilesystems) -> None:
         self.settings = settings
+        self.filesystems = filesystems
         self.place = place
         self.work = work
         self.export = export
@@ -127,19 +130,29 @@ class Session:
             self.outcome.skipped.append(Skipped(name, reason))
 
     def fresh(self, label: str) -> Path:
+        """DEST for a row: not made yet, in a directory of its own that measure() turns into
+        the row's filesystem when the row creates files."""
         self.count += 1
-        return self.work / f"{self.count:02d}-{label}"
+        return self.work / f"{self.count:02d}-{label}" / "dest"
 
     def measure(self, name: str, kind: str, command: list[str], files: int, dest: Path | None,
-                check: Callable[[Measured], Check], **meta: object) -> Row | None:
+                check: Callable[[Measured], Check], creates_files: bool = True,
+                make_dest: bool = False, **meta: object) -> Row | None:
         if not self.wanted(name):
             return None
         log(f"  {name} ({files:,} files) ...")
-        measured = run_measured([*self.place.client, *command], timeout=row_timeout(files))
-        try:
-            verdict = check(measured)
-        except Exception as exc:  # a checker tripping over a broken DEST is a failed check
-            verdict = Check(False, f"verification failed: {exc}")
+        place = (self.filesystems.row(dest.parent, files)
+                 if dest is not None and creates_files else contextlib.nullcontext())
+        with place:
+            if dest is not None:
+                dest.parent.mkdir(exist_ok=True)
+                if make_dest:
+                    dest.mkdir()
+            measured = run_measured([*self.place.client, *command], timeout=row_timeout(files))
+            try:
+                verdict = check(measured)
+            except Exception as exc:  # a checker tripping over a broken DEST: a failed check
+                verdict = Check(False, f"verification failed: {exc}")
         if measured.returncode != 0 and verdict.ok:
             verdict = Check(False, f"exit {measured.returncode}; {verdict.detail}")
         if not verdict.ok and measured.stderr.strip():
@@ -152,9 +165,9 @@ class Session:
         log(f"    {row.files_per_s:,.0f} files/s, {row.cpu_us_per_file:,.1f} µs CPU/file, "
             f"{row.peak_rss_mb:,.0f} MB, {verdict}")
         self.outcome.rows.append(row)
-        if dest is not None:
+        if dest is not None and not creates_files:  # row() removed the files of the others
             started = time.monotonic()
-            settle(dest, pause=self.settings.pause)
+            settle(dest.parent, pause=self.settings.pause)
             log(f"    settled in {time.monotonic() - started:.1f} s")
         return row
 
@@ -213,7 +226,7 @@ class Session:
             for workers in counts:
                 name = f"bulkfetch-{sink}-{workers}w"
                 dest = self.fresh(name)
-                report = self.work / f"{dest.name}.json"
+                report = self.work / f"{dest.parent.name}.json"
                 command = [*bulkfetch_command(), "get", self.base, str(dest), "--workers",
                            str(workers), "--sink", sink, "-q", "--report", str(report)]
 
@@ -227,7 +240,8 @@ class Session:
                     return done
 
                 self.measure(name, "bulkfetch", command, self.files, dest, check,
-                             workers=workers, concurrency=64, note=f"{sink} sink")
+                             creates_files=sink != "null", workers=workers, concurrency=64,
+                             note=f"{sink} sink")
 
     def peers(self) -> None:
         for peer in peers.PEERS:
@@ -249,13 +263,12 @@ class Session:
             if peer.name == "rclone" and names_file is not None:
                 peers.write_names(names_file, names)
             dest = self.fresh(peer.name)
-            dest.mkdir()
             command = peers.command(peer, self.base, dest, url_list, curl_config, names_file)
 
             def check(_: Measured, dest: Path = dest, files: int = files) -> Check:
                 return verify_dir(dest, self.export, files)
 
-            self.measure(peer.name, "peer", command, files, dest, check,
+            self.measure(peer.name, "peer", command, files, dest, check, make_dest=True,
                          concurrency=peers.PARALLEL)
 
     def sweeps(self) -> None:
@@ -271,7 +284,7 @@ class Session:
         for sweep, workers, concurrency in points:
             name = f"bulkfetch-null-{workers}w-c{concurrency}"
             dest = self.fresh(f"sweep-{sweep}-{workers}-{concurrency}")
-            report = self.work / f"{dest.name}.json"
+            report = self.work / f"{dest.parent.name}.json"
             command = [*bulkfetch_command(), "get", "--from-file", str(url_list), str(dest),
                        "--workers", str(workers), "--concurrency", str(concurrency),
                        "--sink", "null", "-q", "--report", str(report)]
@@ -279,8 +292,9 @@ class Session:
             def check(_: Measured, report: Path = report) -> Check:
                 return verify_report(report, files)
 
-            self.measure(name, "sweep", command, files, dest, check, workers=workers,
-                         concurrency=concurrency, sweep=sweep, note="URL list")
+            self.measure(name, "sweep", command, files, dest, check, creates_files=False,
+                         workers=workers, concurrency=concurrency, sweep=sweep,
+                         note="URL list")
 
 
 def prepare_export(settings: Settings, work: Path) -> tuple[Path, list[str]]:
@@ -355,7 +369,9 @@ def run(settings: Settings) -> Outcome:
         except RuntimeError as exc:
             raise BenchError(str(exc)) from None
         check_server(nginx.url)
-        session = Session(settings, place, work, export, nginx.url, outcome)
+        filesystems = FreshFilesystems(work)
+        outcome.notes.append(f"Placement of files: {filesystems.note}.")
+        session = Session(settings, place, work, export, nginx.url, outcome, filesystems)
         log(f"nginx at {nginx.url}; {place.note}")
         settle(pause=settings.pause)
         session.ceiling()
