@@ -7,6 +7,7 @@ import hashlib
 import os
 import sqlite3
 import tarfile
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -367,3 +368,39 @@ def test_an_index_from_a_newer_bulkfetch_is_refused(tmp_path: Path) -> None:
     newer.close()
     with pytest.raises(sqlite3.DatabaseError, match="newer than this bulkfetch"):
         index.connect(dest, create=True)
+
+
+def test_reports_of_shards_closed_before_a_failure_travel_with_it(tmp_path: Path) -> None:
+    """A shard that closed cleanly is indexed: its pages' reports must reach the journal even
+    when a later shard's close fails, so ready() and flush() hand them over in the error."""
+    from concurrent.futures import Future
+
+    from bulkfetch.sinks.base import SinkFatal
+
+    def closes(*outcomes: list[PageReport] | SinkFatal) -> list[Future[list[PageReport]]]:
+        futures: list[Future[list[PageReport]]] = []
+        for outcome in outcomes:
+            future: Future[list[PageReport]] = Future()
+            if isinstance(outcome, SinkFatal):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+            futures.append(future)
+        return futures
+
+    sink = make_sink(tmp_path / "dest")
+    first, second = [PageReport(0, 1, 1), PageReport(1, 2, 2)], [PageReport(2, 1, 1)]
+    sink.closing.extend(closes(first, second, SinkFatal("cannot rename shard 3")))
+    with pytest.raises(SinkFatal, match="shard 3") as caught:
+        sink.ready()
+    assert [r.seq for r in caught.value.released] == [0, 1, 2]
+
+    sink.closing.extend(closes(first, SinkFatal("cannot update index"), second))
+    sink.begin_page(7)("a", b"a", None)  # a shard flush() closes itself, after the others
+    sink.end_page(PageReport(7, 1, 1))
+    with pytest.raises(SinkFatal, match="cannot update index") as caught:
+        sink.flush()
+    assert [r.seq for r in caught.value.released] == [0, 1, 2, 7]
+    assert sink.closing == deque() and list(tmp_path.glob("dest/*.part")) == []
+    sink.close()
+    assert SinkFatal("plain").released == []

@@ -294,6 +294,11 @@ class Fetcher:
         self.finished += self.sink.end_page(
             PageReport(state.page.seq, ok, state.bytes, tuple(state.failures)))
 
+    def take_finished(self) -> list[PageReport]:
+        """Durable page reports that step() has not returned (a SinkFatal cut it short)."""
+        finished, self.finished = self.finished, []
+        return finished
+
     def take_fetched(self) -> int:
         """Pages finished fetching since the last call (durable or not yet)."""
         fetched, self.fetched = self.fetched, 0

@@ -31,7 +31,6 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
     no_more_pages = False
     stop_by: float | None = None  # when stopping: give up on the pages in hand at this time
     last_tick = 0.0
-    fatal = False
 
     def send_reports(reports: list[PageReport]) -> None:
         # One message for both: how many pages finished fetching (the coordinator may send
@@ -69,12 +68,12 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
                 break
         send_reports(sink.flush())
     except SinkFatal as exc:
-        fatal = True
         fetcher.abandon()
+        # What became durable before the failure still counts: the fetcher's reports not
+        # yet taken (the failure cut its step short) and the sink's from before it.
+        send_reports(fetcher.take_finished() + exc.released)
         results.put(("fatal", str(exc)))
     finally:
-        if fatal:
-            send_reports([])
         results.put(("tick", fetcher.tick()))
         fetcher.close()
         sink.close()

@@ -18,7 +18,13 @@ class SinkFailure(Exception):
 
 
 class SinkFatal(Exception):
-    """Nothing more can be stored (disk full, read-only, I/O error): the run must stop."""
+    """Nothing more can be stored (disk full, read-only, I/O error): the run must stop.
+    `released`: reports that became durable before the failure (a tar shard that closed
+    cleanly before the next one failed), still owed to the journal."""
+
+    def __init__(self, message: str, released: list[PageReport] | None = None) -> None:
+        super().__init__(message)
+        self.released: list[PageReport] = released or []
 
 
 class Sink(Protocol):
@@ -33,7 +39,8 @@ class Sink(Protocol):
 
     def ready(self) -> list[PageReport]:
         """Reports that became durable since, without a page ending (tar: a shard closed
-        in the background). May raise SinkFatal for a failure in that background work."""
+        in the background). May raise SinkFatal for a failure in that background work, with
+        the reports that became durable before it in its `released`."""
         ...
 
     def flush(self) -> list[PageReport]:

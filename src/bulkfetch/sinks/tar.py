@@ -271,9 +271,12 @@ class TarSink:
             else:
                 self.draining.remove(shard)
             released += self._finish(shard)
+            released += self._collect(wait=False, before=released)
         return released
 
     def _finish(self, shard: _Shard) -> list[PageReport]:
+        """Start closing `shard` in the background; a shard with no file stored releases
+        its reports at once."""
         if not shard.files:
             held = list(shard.held)
             shard.discard()
@@ -283,13 +286,26 @@ class TarSink:
 
             self.closer = ThreadPoolExecutor(1, thread_name_prefix="bulkfetch-shard-closer")
         self.closing.append(self.closer.submit(shard.close, self._connection()))
-        return self.ready()
+        return []
 
     def ready(self) -> list[PageReport]:
-        """Reports of the shards closed since, in closing order (re-raises a SinkFatal)."""
+        """Reports of the shards closed since, in closing order."""
+        return self._collect(wait=False)
+
+    def _collect(self, wait: bool, before: list[PageReport] | None = None) -> list[PageReport]:
+        """Reports of the closed shards (of all, waiting for them, when `wait`). A failed
+        close raises its SinkFatal only after every other finished close is collected,
+        with their reports (after `before`, already released by the caller) in it."""
         released: list[PageReport] = []
-        while self.closing and self.closing[0].done():
-            released += self.closing.popleft().result()
+        failure: SinkFatal | None = None
+        while self.closing and (wait or self.closing[0].done()):
+            try:
+                released += self.closing.popleft().result()
+            except SinkFatal as exc:
+                failure = failure or exc
+        if failure is not None:
+            failure.released = [*(before or []), *released, *failure.released]
+            raise failure
         return released
 
     def flush(self) -> list[PageReport]:
@@ -304,9 +320,7 @@ class TarSink:
             else:
                 released += self._finish(shard)
         self.shard_of.clear()
-        while self.closing:
-            released += self.closing.popleft().result()
-        return released
+        return released + self._collect(wait=True, before=released)
 
     def close(self) -> None:
         for shard in self.draining + ([self.current] if self.current is not None else []):
