@@ -129,14 +129,19 @@ def test_cached_export_is_made_once_per_size_and_replaced_for_another(tmp_path: 
     assert not (directory / ".complete-20").exists()
 
 
+def run_get_script(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """benchmarks/get.py over 1,500 files exported into tmp_path."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "get.py"
+    return subprocess.run(
+        [sys.executable, str(script), "--files", "1500", *flags,
+         "--export-dir", str(tmp_path / "export")],
+        capture_output=True, text=True, timeout=300)
+
+
 def test_get_benchmark_script_verifies_every_row_and_pairs_rounds(tmp_path: Path) -> None:
     """benchmarks/get.py at a small size: every row's download is verified, and each bar
     between rows of one group lists one ratio per round (a smoke test, never of speed)."""
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "get.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--files", "1500", "--repeat", "2", "--no-dir",
-         "--export-dir", str(tmp_path / "export")],
-        capture_output=True, text=True, timeout=300)
+    done = run_get_script(tmp_path, "--repeat", "2", "--no-dir")
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")][1:]
     assert [row.split(" | ")[0] for row in rows] == [
@@ -154,11 +159,7 @@ def test_get_benchmark_script_runs_the_file_rows_each_on_its_own_filesystem(
         tmp_path: Path) -> None:
     """The rows that create files are verified like the others, and the table says where
     they ran: on a new ext4 each when this machine lets root make one, else in a directory."""
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "get.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--files", "1500", "--repeat", "1", "--no-asyncio",
-         "--export-dir", str(tmp_path / "export")],
-        capture_output=True, text=True, timeout=300)
+    done = run_get_script(tmp_path, "--repeat", "1", "--no-asyncio")
     assert done.returncode == 0, done.stderr[-2000:]
     header = done.stdout.splitlines()[0]
     assert ("each on a new ext4" in header) != ("earlier rows' deletes" in header), header

@@ -8,8 +8,9 @@ loop measured 218-371 µs per file within 75 s of such a delete, and 21 µs afte
 a new filesystem (2026-11-22). A benchmark that deletes each row's files before the next
 row would mostly measure its own deletes.
 
-How: a sparse image file under the work directory, `mkfs.ext4` with its defaults, mounted
-through a loop device (needs root and a loop device); unmounted and deleted after the row.
+How: a sparse image file under the work directory, `mkfs.ext4` with its default features
+(inode tables written at once, no reserved blocks), mounted through a loop device (needs root
+and a loop device); unmounted and deleted after the row.
 Where that is not possible, the row runs in a plain directory that is deleted afterwards, and
 `reason` says why, for the table's header.
 """
