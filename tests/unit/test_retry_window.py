@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bulkfetch import index
 from bulkfetch.api import build_options
 from bulkfetch.journal import Journal
@@ -26,20 +28,32 @@ def _journal_with_failures(dest: Path) -> Journal:
     return journal
 
 
-def test_names_a_killed_retry_pass_stored_leave_the_failures_with_their_bytes(
-        tmp_path: Path) -> None:
-    dest = tmp_path / "dest"
-    dest.mkdir()
-    journal = _journal_with_failures(dest)
+def _index_shard(dest: Path, file: str, report: PageReport,
+                 members: list[tuple[str, int, int, str]]) -> None:
+    """An indexed shard of worker 0 holding `members` and the report of one page."""
     conn = index.connect(dest, create=True)
+    try:
+        index.add_shard(conn, file, 0, 4096, 0.0, [report], members)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def dest(tmp_path: Path) -> Path:
+    made = tmp_path / "dest"
+    made.mkdir()
+    return made
+
+
+def test_names_a_killed_retry_pass_stored_leave_the_failures_with_their_bytes(
+        dest: Path) -> None:
+    journal = _journal_with_failures(dest)
     # The first run's shard holds page 3's report and its two good files.
-    index.add_shard(conn, "shard-000-000000.tar", 0, 4096, 0.0, [PageReport(3, 2, 200)],
-                    [("x", 512, 100, MD5), ("y", 1536, 100, MD5)])
+    _index_shard(dest, "shard-000-000000.tar", PageReport(3, 2, 200),
+                 [("x", 512, 100, MD5), ("y", 1536, 100, MD5)])
     # The retry pass stored a (70 bytes) but not b; killed before journaling the report.
-    index.add_shard(conn, "shard-000-000001.tar", 0, 2048, 0.0,
-                    [PageReport(3, 1, 70, (Failure("b", "HTTP 500", 9),))],
-                    [("a", 512, 70, MD5)])
-    conn.close()
+    _index_shard(dest, "shard-000-000001.tar",
+                 PageReport(3, 1, 70, (Failure("b", "HTTP 500", 9),)), [("a", 512, 70, MD5)])
     before = journal.totals()
 
     assert index.stored_after_failing(dest, journal.failed_names()) == {"a": 70}
@@ -56,14 +70,9 @@ def test_names_a_killed_retry_pass_stored_leave_the_failures_with_their_bytes(
 
 
 def test_a_name_kept_from_before_a_restart_does_not_count_for_the_new_journal(
-        tmp_path: Path) -> None:
-    dest = tmp_path / "dest"
-    dest.mkdir()
-    conn = index.connect(dest, create=True)
+        dest: Path) -> None:
     # An earlier run stored a; --restart then forgot that shard's page reports.
-    index.add_shard(conn, "shard-000-000000.tar", 0, 2048, 0.0, [PageReport(3, 3, 300)],
-                    [("a", 512, 70, MD5)])
-    conn.close()
+    _index_shard(dest, "shard-000-000000.tar", PageReport(3, 3, 300), [("a", 512, 70, MD5)])
     index.forget_pages(dest)
     journal = _journal_with_failures(dest)  # the new run's page 3 failed a
 
@@ -78,14 +87,9 @@ def test_no_index_means_nothing_stored(tmp_path: Path) -> None:
 
 
 def test_at_the_end_of_a_run_only_retry_pages_without_a_report_are_looked_at(
-        tmp_path: Path) -> None:
-    dest = tmp_path / "dest"
-    dest.mkdir()
+        dest: Path) -> None:
     journal = _journal_with_failures(dest)
-    conn = index.connect(dest, create=True)
-    index.add_shard(conn, "shard-000-000001.tar", 0, 2048, 0.0, [PageReport(3, 1, 70)],
-                    [("a", 512, 70, MD5)])
-    conn.close()
+    _index_shard(dest, "shard-000-000001.tar", PageReport(3, 1, 70), [("a", 512, 70, MD5)])
     (dest / "shard-000-000001.tar").write_bytes(b"")  # recover() keeps an indexed shard
     options = build_options("http://127.0.0.1:9", dest, workers=1, sink="tar")
     coordinator = _Coordinator(options, make_source(options), journal, None)
