@@ -1,7 +1,7 @@
 """Speed of `bulkfetch get` in the standard setup of BENCHMARKS.md, side by side with the
 reference loops, in one run:
 
-    python benchmarks/get.py [--files 200000] [--repeat 3] [--export-dir DIR]
+    python benchmarks/get.py [--files 200000] [--repeat 3] [--paired-rounds N] [--export-dir DIR]
 
 nginx serves a static export of the data set, pinned to core 0; every client row runs pinned
 to core 1 with one bulkfetch worker. Rows: a bare pycurl multi loop (bodies in memory), a
@@ -16,8 +16,11 @@ table shows each row's median and every round's CPU per file.
 
 Checks at the end: the issues' bars. A bar between two rows of the same group (null against
 bare, tar against null) is the median over rounds of the ratio within each round, whose rows
-ran next to each other; every round's ratio is printed with it. A bar across the groups
-(dir against bare + create, against asyncio) compares the rows' medians.
+ran next to each other; every round's ratio is printed with it, and a distribution-free 95%
+interval for that median says whether the rounds decide the bar or the machine's noise
+does (six rounds at least; --paired-rounds adds rounds to the rows that write no files,
+which are quick). A bar across the groups (dir against bare + create, against asyncio)
+compares the rows' medians.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from harness import (
     run_measured,
     settle,
     start_nginx,
+    verdict,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -112,7 +116,7 @@ def verify_tar(dest: Path, export: Path, files: int, sample: int = 2000) -> str:
             members += sum(1 for _ in tar)
     ok = indexed == (files, files) and members == files and wrong == 0
     return (f"{'yes' if ok else 'NO'}: {indexed[1]:,} indexed, {members:,} in "
-            f"{len(shards)} shards, {len(picks)} sampled, {wrong} wrong")
+            f"{len(shards)} shard{'s' * (len(shards) != 1)}, {len(picks)} sampled, {wrong} wrong")
 
 
 def verify_count(measured: Measured, files: int, key: str = "files") -> str:
@@ -135,12 +139,18 @@ def verify_report(report: Path, files: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of every row")
+    parser.add_argument("--paired-rounds", type=int, default=None, metavar="N",
+                        help="rounds of the rows that write no files (default: --repeat); "
+                             "their bars need six or more for an interval")
     parser.add_argument("--export-dir", type=Path, default=None,
                         help="reuse (or create) the nginx export here")
     parser.add_argument("--no-asyncio", action="store_true", help="skip the aiohttp rows")
     parser.add_argument("--no-dir", action="store_true", help="skip the directory rows")
     args = parser.parse_args(argv)
+    if args.repeat < 1 or (args.paired_rounds is not None and args.paired_rounds < 1):
+        parser.error("--repeat and --paired-rounds need at least one round")
+    paired_rounds = args.paired_rounds or args.repeat
     place = pinning()
     work = Path(tempfile.mkdtemp(prefix="bulkfetch-bench-"))
     export = args.export_dir or work / "export"
@@ -193,10 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         # client that waits wakes more often per file. One unmeasured pass fills it.
         log("warm-up: one unmeasured pass of the bare pycurl loop")
         run_measured(plan[0][1])
-        for phase in phases:
-            for attempt in range(args.repeat):
+        for phase, repeat in zip(phases, (paired_rounds, args.repeat), strict=True):
+            for attempt in range(repeat):
                 if phase:
-                    log(f"round {attempt + 1} of {args.repeat}: {len(phase)} rows")
+                    log(f"round {attempt + 1} of {repeat}: {len(phase)} rows")
                 for label, command, check in phase[::-1] if attempt % 2 else phase:
                     settle(work / "dn", work / "dt")
                     log(f"  {label} ...")
@@ -221,16 +231,19 @@ def main(argv: list[str] | None = None) -> int:
         nginx.stop()
         shutil.rmtree(work, ignore_errors=True)
     placement = place.note if filesystems is None else f"{place.note}; {filesystems.note}"
-    print(table(list(rows.values()), n, placement, args.repeat))
+    print(table(list(rows.values()), n, placement, args.repeat, paired_rounds))
     print(checks(rows))
     return 0
 
 
-def table(rows: list[Row], files: int, placement: str, repeat: int) -> str:
+def table(rows: list[Row], files: int, placement: str, repeat: int, paired: int) -> str:
     bare = next(r for r in rows if r.name.startswith("bare pycurl"))
+    file_rows = any(row.name in FILE_ROWS for row in rows)
+    rounds = (f"{paired} rounds of the rows that write no files, {repeat} of the others"
+              if file_rows and paired != repeat else f"{paired} rounds")
     lines = [
         f"{files:,} files of 100 bytes from nginx (static export); {placement}; "
-        f"median of {repeat} rounds, every other one in reverse order",
+        f"median of {rounds}, every other one in reverse order",
         "",
         "| row | files/s | CPU µs/file | × bare pycurl CPU | × bare files/s | peak RSS MB "
         "| verified | CPU µs/file by round |",
@@ -266,15 +279,20 @@ def checks(rows: dict[str, Row]) -> str:
     def rounds(ratios: list[float]) -> str:
         return "rounds " + ", ".join(f"{ratio:.3f}" for ratio in ratios)
 
+    def paired_bar(what: str, ratios: tuple[float, list[float]], limit: float,
+                   at_most: bool) -> None:
+        median, each = ratios
+        ok = median <= limit if at_most else median >= limit
+        bar(f"{what} {median:.3f} ({'<=' if at_most else '>='} {limit}; {rounds(each)}; "
+            f"{verdict(each, limit, at_most)})", ok)
+
     # CPU per file: a ratio of cpu_seconds (same file count); files/s: the inverse of seconds
-    cpu, each = paired(null, bare, "cpu_seconds")
-    bar(f"null CPU/file {cpu:.3f} × bare (<= 1.3; {rounds(each)})", cpu <= 1.3)
-    speed, each = paired(bare, null, "seconds")
-    bar(f"null files/s {speed:.3f} × bare (>= 0.8; {rounds(each)})", speed >= 0.8)
-    cpu, each = paired(tar, null, "cpu_seconds")
-    bar(f"tar CPU/file {cpu:.3f} × null (<= 1.15, issue 4; {rounds(each)})", cpu <= 1.15)
-    speed, each = paired(null, tar, "seconds")
-    bar(f"tar files/s {speed:.3f} × null (>= 0.85, issue 4; {rounds(each)})", speed >= 0.85)
+    paired_bar("null CPU/file × bare", paired(null, bare, "cpu_seconds"), 1.3, at_most=True)
+    paired_bar("null files/s × bare", paired(bare, null, "seconds"), 0.8, at_most=False)
+    paired_bar("tar CPU/file × null (issue 4)", paired(tar, null, "cpu_seconds"), 1.15,
+               at_most=True)
+    paired_bar("tar files/s × null (issue 4)", paired(null, tar, "seconds"), 0.85,
+               at_most=False)
     if "bulkfetch dir, 1 worker" not in rows:
         return "\n".join(out)
     create = rows["bare create loop (files)"]

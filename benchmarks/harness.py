@@ -32,6 +32,7 @@ from bulkfetch.bench.harness import (
     tree_pids,
 )
 from bulkfetch.bench.scratch import FreshFilesystems
+from bulkfetch.bench.stats import median_interval, verdict
 
 __all__ = [
     "CLOCK_TICKS",
@@ -46,6 +47,7 @@ __all__ = [
     "fit_open_file_cache",
     "free_port",
     "log",
+    "median_interval",
     "pinning",
     "run_measured",
     "settle",
@@ -53,4 +55,5 @@ __all__ = [
     "start_reference",
     "tree_cpu_seconds",
     "tree_pids",
+    "verdict",
 ]

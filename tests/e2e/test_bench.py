@@ -140,8 +140,9 @@ def run_get_script(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[s
 
 def test_get_benchmark_script_verifies_every_row_and_pairs_rounds(tmp_path: Path) -> None:
     """benchmarks/get.py at a small size: every row's download is verified, and each bar
-    between rows of one group lists one ratio per round (a smoke test, never of speed)."""
-    done = run_get_script(tmp_path, "--repeat", "2", "--no-dir")
+    between rows of one group lists one ratio per round and the interval of their median
+    (a smoke test, never of speed)."""
+    done = run_get_script(tmp_path, "--repeat", "1", "--paired-rounds", "6", "--no-dir")
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")][1:]
     assert [row.split(" | ")[0] for row in rows] == [
@@ -150,9 +151,14 @@ def test_get_benchmark_script_verifies_every_row_and_pairs_rounds(tmp_path: Path
     assert "1,500 indexed, 1,500 in" in rows[2]
     bars = [line for line in done.stdout.splitlines() if line.startswith("- [")]
     assert len(bars) == 4, done.stdout
+    assert "; median of 6 rounds, every other one in reverse order" in done.stdout
     for line in bars:
-        ratios = line.split("; rounds ")[1].rstrip(")").split(", ")
-        assert len(ratios) == 2 and all(float(ratio) > 0 for ratio in ratios), line
+        ratios, interval = line.split("; rounds ")[1].rstrip(")").split("; ")
+        ratios = [float(ratio) for ratio in ratios.split(", ")]
+        assert len(ratios) == 6 and all(ratio > 0 for ratio in ratios), line
+        # six rounds: the interval is their whole range
+        assert interval.startswith(f"95% interval {min(ratios):.3f}–{max(ratios):.3f}: "), line
+        assert interval.rsplit(": ", 1)[1] in ("met", "missed", "not decided by these rounds")
 
 
 def test_get_benchmark_script_runs_the_file_rows_each_on_its_own_filesystem(
