@@ -372,9 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--seed", type=int, default=0, help="seed of data and faults")
     parser.add_argument("--server-processes", type=int, default=1,
-                        help="more than 1 lets files fail by design: a fault is f(seed, "
-                             "target, attempt) with attempts counted per server process, so "
-                             "each process replays the same first decisions to a retried file")
+                        help="reference server processes; they count attempts in one "
+                             "shared table, so a retry is the next attempt on any of them")
     parser.add_argument("--keep", action="store_true", help="keep DESTs, logs and reports")
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--interval", type=float, default=0.25, help="RSS sampling, seconds")

@@ -22,6 +22,7 @@ import pytest
 from getkit import expected_body, md5_etag
 from getkit import file_name as name
 
+from bulkfetch.server.faults import Fault, FaultConfig, FaultPlan
 from bulkfetch.testing import ReferenceServer
 
 Start = Callable[..., ReferenceServer]
@@ -184,6 +185,21 @@ def test_fail_rate_500_and_503_deterministic_and_retry_can_succeed(reference_ser
         else:
             pytest.fail(f"{n} never succeeded")
     assert 2 in attempts_needed  # some target failed once, then succeeded on its retry
+
+
+def test_attempts_are_counted_across_server_processes(reference_server: Start):
+    """With --processes 2 a retry often reaches the other process; it is still the next
+    attempt, so one target meets the plan's faults for attempts 0, 1, 2 ... in turn (with
+    counts per process it would meet attempt 0's fault again)."""
+    flags = ("--files", "10", "--fail-rate", "0.5", "--seed", "7")
+    server = reference_server(*flags, processes=2, access_log=True)
+    target = f"/get/{name(3)}"
+    statuses = [raw_get(server.port, target).status for _ in range(40)]  # a connection each
+    assert len({row.pid for row in server.requests()}) == 2, "both processes answered"
+    plan = FaultPlan(FaultConfig(fail_rate=0.5), seed=7)
+    expected = [plan.decide(target, True).fault for _ in range(40)]
+    assert {Fault.FAIL, Fault.NONE} == set(expected)
+    assert [status == 200 for status in statuses] == [f is Fault.NONE for f in expected]
 
 
 # -- --throttle-rate ------------------------------------------------------------------------

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import time
 import zlib
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
 import pytest
@@ -19,9 +21,12 @@ from bulkfetch.server.faults import (
     NO_FAULT,
     PER_ATTEMPT,
     REDIRECT_KINDS,
+    Attempts,
     Fault,
     FaultConfig,
     FaultPlan,
+    LocalAttempts,
+    SharedAttempts,
     parse_latency,
     parse_redirect_kinds,
 )
@@ -69,29 +74,78 @@ def test_retries_get_fresh_decisions_that_replay() -> None:
     assert [replay.decide(target, True).fault for _ in range(64)] == series
 
 
-def test_attempt_counter_is_per_target() -> None:
-    plan = FaultPlan(MIXED, seed=0)
-    assert [plan.attempt("/a") for _ in range(4)] == [0, 1, 2, 3]
-    assert plan.attempt("/b") == 0
-    assert plan.attempt("/a") == 4
+def small_shared() -> SharedAttempts:
+    return SharedAttempts(1 << 16)
+
+
+@pytest.mark.parametrize("make", [LocalAttempts, small_shared])
+def test_attempt_counter_is_per_target(make: Callable[[], Attempts]) -> None:
+    attempts = make()
+    if isinstance(attempts, SharedAttempts):  # the targets below sit in slots of their own
+        assert len({attempts.slot(t) for t in ("/a", "/b", "/c")}) == 3
+    plan = FaultPlan(MIXED, seed=0, attempts=attempts)
+    assert [attempts.next("/a") for _ in range(4)] == [0, 1, 2, 3]
+    assert attempts.next("/b") == 0
+    assert attempts.next("/a") == 4
     plan.decide("/c", True)
     plan.decide("/c", True)
-    assert plan.attempt("/c") == 2
+    assert attempts.next("/c") == 2
+
+
+@pytest.mark.parametrize("make", [LocalAttempts, small_shared])
+def test_a_plan_decides_the_same_with_either_counter(make: Callable[[], Attempts]) -> None:
+    local = FaultPlan(MIXED, seed=5)
+    other = FaultPlan(MIXED, seed=5, attempts=make())
+    for target in TARGETS[:50] * 3:
+        assert local.decide(target, True) == other.decide(target, True)
 
 
 def test_attempt_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("bulkfetch.server.faults._ATTEMPTS_KEPT", 10)
-    plan = FaultPlan(MIXED, seed=0)
+    attempts = LocalAttempts()
     for i in range(100):
-        plan.attempt(f"/t{i}")
-    assert len(plan._attempts) <= 10
+        attempts.next(f"/t{i}")
+        attempts.mark_looping(f"/t{i}")
+    assert len(attempts._counts) <= 10 and len(attempts._looping) <= 10
+
+
+def test_shared_counts_wrap_and_keep_the_loop_mark() -> None:
+    attempts = small_shared()
+    attempts.mark_looping("/x")
+    assert [attempts.next("/x") for _ in range(130)] == [*range(128), 0, 1]
+    assert attempts.looping("/x") and not attempts.looping("/y")
+
+
+def test_shared_counts_are_seen_by_a_forked_process() -> None:
+    """The server's processes are forked after the table is made: one's attempts are the
+    next one's."""
+    attempts = small_shared()
+    attempts.next("/get/a")
+
+    def child() -> None:
+        assert attempts.next("/get/a") == 1
+        assert attempts.next("/get/a") == 2
+        attempts.mark_looping("/get/b")
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(10)
+    assert process.exitcode == 0
+    assert attempts.next("/get/a") == 3
+    assert attempts.looping("/get/b")
+
+
+def test_shared_slots_must_be_a_power_of_two() -> None:
+    with pytest.raises(ValueError, match="power of two"):
+        SharedAttempts(1000)
 
 
 def test_inactive_plan_never_faults_nor_counts() -> None:
-    plan = FaultPlan(FaultConfig(), seed=0)
+    attempts = LocalAttempts()
+    plan = FaultPlan(FaultConfig(), seed=0, attempts=attempts)
     assert not FaultConfig().active
     assert all(plan.decide(t, True) is NO_FAULT for t in TARGETS[:100])
-    assert plan._attempts == {}
+    assert attempts._counts == {}
 
 
 def test_latency_only_is_active_and_delays_within_bounds() -> None:

@@ -2,14 +2,21 @@
 the same fault, so a failing scenario can be replayed, yet a retried request can succeed.
 
 One fault is decided per name rather than per attempt: --deny-rate picks names from
-(seed, name) alone, so every attempt at a denied name gets the same permanent error."""
+(seed, name) alone, so every attempt at a denied name gets the same permanent error.
+
+Attempts are counted per target. With --processes N the counts live in a table that every
+server process shares, so a retry that lands on another process is still the next attempt
+(with counts per process, it would meet the same first decisions again)."""
 
 from __future__ import annotations
 
 import enum
 import hashlib
 import math
+import mmap
+import zlib
 from dataclasses import dataclass
+from typing import Protocol
 
 from bulkfetch.errors import UsageError
 
@@ -142,25 +149,83 @@ class Decision:
 NO_FAULT = Decision(Fault.NONE, 0.0, False)
 
 
+class Attempts(Protocol):
+    def next(self, target: str) -> int:
+        """How many times `target` was asked for before; counts this request."""
+        ...
+
+    def looping(self, target: str) -> bool:
+        """Whether `target` was sent a `loop` redirect (it is redirected forever)."""
+        ...
+
+    def mark_looping(self, target: str) -> None: ...
+
+
+class LocalAttempts:
+    """Exact counts for one process, forgotten all at once past a million targets."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._looping: set[str] = set()
+
+    def next(self, target: str) -> int:
+        count = self._counts.get(target, 0)
+        if len(self._counts) >= _ATTEMPTS_KEPT:
+            self._counts.clear()
+        self._counts[target] = count + 1
+        return count
+
+    def looping(self, target: str) -> bool:
+        return target in self._looping
+
+    def mark_looping(self, target: str) -> None:
+        if len(self._looping) >= _ATTEMPTS_KEPT:
+            self._looping.clear()
+        self._looping.add(target)
+
+
+class SharedAttempts:
+    """Counts shared by every process forked after this is made: one byte per slot of an
+    anonymous shared mapping (16 MiB by default, its pages touched as used), slot = CRC-32
+    of the target, low 7 bits the count (wrapping at 128), the top bit `looping`.
+
+    Two targets in one slot share a count; among a million targets about 6% do, and their
+    attempt numbers run ahead, which changes which fault they meet, not how often. Two
+    processes answering one target at the same moment may read the same count."""
+
+    def __init__(self, slots: int = 1 << 24) -> None:
+        if slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, got {slots}")
+        self._table = mmap.mmap(-1, slots)  # MAP_SHARED | MAP_ANONYMOUS: survives fork
+        self._mask = slots - 1
+
+    def slot(self, target: str) -> int:
+        return zlib.crc32(target.encode("utf-8", "surrogateescape")) & self._mask
+
+    def next(self, target: str) -> int:
+        at = self.slot(target)
+        value = self._table[at]
+        self._table[at] = (value & 0x80) | ((value + 1) & 0x7F)
+        return value & 0x7F
+
+    def looping(self, target: str) -> bool:
+        return bool(self._table[self.slot(target)] & 0x80)
+
+    def mark_looping(self, target: str) -> None:
+        at = self.slot(target)
+        self._table[at] |= 0x80
+
+
 class FaultPlan:
-    def __init__(self, config: FaultConfig, seed: int) -> None:
+    def __init__(self, config: FaultConfig, seed: int, attempts: Attempts | None = None) -> None:
         self.config = config
         self._seed = seed
-        self._attempts: dict[str, int] = {}
-        self._looping: set[str] = set()  # targets sent a `loop` redirect: redirected forever
+        self._attempts = attempts if attempts is not None else LocalAttempts()
         cumulative, bounds = 0.0, []
         for fault, rate in zip(_ORDER, config.rates(), strict=True):
             cumulative += rate
             bounds.append((cumulative, fault))
         self._bounds = [(limit, fault) for limit, fault in bounds if limit > 0]
-
-    def attempt(self, target: str) -> int:
-        """How many times this target was asked for before (in this process)."""
-        count = self._attempts.get(target, 0)
-        if len(self._attempts) >= _ATTEMPTS_KEPT:
-            self._attempts.clear()
-        self._attempts[target] = count + 1
-        return count
 
     def decide(self, target: str, corruptible: bool, file: bool = True) -> Decision:
         """`corruptible`: a GET of a file, whose bytes may be replaced (corrupt, encoding);
@@ -168,7 +233,7 @@ class FaultPlan:
         not, so a redirect to file:// or a loop fails one file, not the listing."""
         if not self.config.active:
             return NO_FAULT
-        attempt = self.attempt(target)
+        attempt = self._attempts.next(target)
         h = hashlib.blake2b(f"{self._seed}/{attempt}/{target}".encode(), digest_size=16).digest()
         unit = int.from_bytes(h[:8], "big") / 2**64
         fault = Fault.NONE
@@ -183,15 +248,13 @@ class FaultPlan:
         low, high = self.config.latency_ms
         delay = (low + (high - low) * int.from_bytes(h[8:12], "big") / 2**32) / 1000.0
         redirect = ""
-        if file and target in self._looping:  # following a loop never gets out of it
+        if file and self._attempts.looping(target):  # following a loop never gets out of it
             fault, redirect = Fault.REDIRECT, "loop"
         elif fault is Fault.REDIRECT:
             kinds = self.config.redirect_to
             redirect = kinds[int.from_bytes(h[13:15], "big") % len(kinds)]
             if redirect == "loop":
-                if len(self._looping) >= _ATTEMPTS_KEPT:
-                    self._looping.clear()
-                self._looping.add(target)
+                self._attempts.mark_looping(target)
         return Decision(fault, delay, bool(h[12] & 1), bool(h[12] & 2), redirect)
 
     def denied(self, name: bytes) -> int | None:

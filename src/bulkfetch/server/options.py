@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from bulkfetch.errors import UsageError
 from bulkfetch.server.app import App
 from bulkfetch.server.dataset import DataSet, SyntheticDataSet
-from bulkfetch.server.faults import FaultConfig, FaultPlan
+from bulkfetch.server.faults import Attempts, FaultConfig, FaultPlan
 from bulkfetch.server.hostile import BAD_PAGE_KINDS, BadPages, HostileNames, HugeFirstPage
 from bulkfetch.server.sizes import SizeSpec, parse_size_spec
 from bulkfetch.server.tree import FileTree
@@ -92,8 +92,11 @@ def build_dataset(options: ServeOptions) -> DataSet:
     return dataset
 
 
-def build_app(options: ServeOptions, port: int | None = None) -> App:
-    """`port`: where the server really listens (with --port 0, known only once bound)."""
-    faults = FaultPlan(options.faults, options.seed) if options.faults.active else None
+def build_app(options: ServeOptions, port: int | None = None,
+              attempts: Attempts | None = None) -> App:
+    """`port`: where the server really listens (with --port 0, known only once bound);
+    `attempts`: the attempt counts faults are decided by, when shared with other processes."""
+    faults = (FaultPlan(options.faults, options.seed, attempts) if options.faults.active
+              else None)
     return App(build_dataset(options), faults, show_total=options.show_total,
                port=options.port if port is None else port)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TextIO
 from urllib.parse import quote
 
-from bulkfetch.server.faults import Fault
+from bulkfetch.server.faults import Attempts, Fault, SharedAttempts
 from bulkfetch.server.http import AccessLog, HttpConnection
 from bulkfetch.server.options import ServeOptions, build_app
 
@@ -71,9 +71,10 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def _serve_socket(options: ServeOptions, sock: socket.socket, ready: Callable[[], None]) -> None:
+def _serve_socket(options: ServeOptions, sock: socket.socket, ready: Callable[[], None],
+                  attempts: Attempts | None = None) -> None:
     """Serve on `sock` in this process until SIGINT or SIGTERM."""
-    app = build_app(options, port=sock.getsockname()[1])
+    app = build_app(options, port=sock.getsockname()[1], attempts=attempts)
     log = _access_logger(options.access_log)
     loop = _new_loop()
     asyncio.set_event_loop(loop)
@@ -95,8 +96,9 @@ def _serve_socket(options: ServeOptions, sock: socket.socket, ready: Callable[[]
         loop.close()
 
 
-def _child(options: ServeOptions, port: int, ready: multiprocessing.synchronize.Event) -> None:
-    _serve_socket(options, _bind(options.host, port), ready.set)
+def _child(options: ServeOptions, port: int, ready: multiprocessing.synchronize.Event,
+           attempts: Attempts | None) -> None:
+    _serve_socket(options, _bind(options.host, port), ready.set, attempts)
 
 
 def serve(options: ServeOptions, announce: Callable[[str], None]) -> int:
@@ -111,8 +113,10 @@ def serve(options: ServeOptions, announce: Callable[[str], None]) -> int:
         return 0
     context = multiprocessing.get_context("fork")
     events = [context.Event() for _ in range(options.processes)]
+    # A retry may reach any process: they count attempts in one table (made before the fork)
+    attempts = SharedAttempts() if options.faults.active else None
     children = [
-        context.Process(target=_child, args=(options, port, event), daemon=True)
+        context.Process(target=_child, args=(options, port, event, attempts), daemon=True)
         for event in events
     ]
     stopping = False
