@@ -8,19 +8,20 @@ to core 1 with one bulkfetch worker. Rows: a bare pycurl multi loop (bodies in m
 bare loop creating 100-byte files, bulkfetch into the null, tar and directory sinks, and the case
 study's asyncio + aiohttp downloader in memory and writing files. CPU per file is user + sys
 of each row's whole process tree; files/s compares only within this run. An unmeasured pass
-of the bare loop warms nginx first. The rows that write no files run first, then those that
-do, each of those on a new filesystem where root may make one (bulkfetch.bench.scratch
-says why); with --repeat, the rows of each group run in rounds, every other round in reverse
-order (ABBA, so a drift of the machine's speed falls on both sides of a comparison), and the
-table shows each row's median and every round's CPU per file.
+of the bare loop warms nginx first. The bare loop and the null and tar sinks run first, in
+rounds of their own (--paired-rounds); then the other rows (--repeat), those that create files
+each on a new filesystem where root may make one (bulkfetch.bench.scratch says why). Within
+each group every other round runs in reverse order (ABBA, so a drift of the machine's speed
+falls on both sides of a comparison); the table shows each row's median and every round's
+CPU per file.
 
-Checks at the end: the issues' bars. A bar between two rows of the same group (null against
-bare, tar against null) is the median over rounds of the ratio within each round, whose rows
-ran next to each other; every round's ratio is printed with it, and a distribution-free 95%
-interval for that median says whether the rounds decide the bar or the machine's noise
-does (six rounds at least; --paired-rounds adds rounds to the rows that write no files,
-which are quick). A bar across the groups (dir against bare + create, against asyncio)
-compares the rows' medians.
+Checks at the end: the issues' bars. A bar within the first group (null against bare, tar
+against null) is the median over rounds of the ratio within each round, whose rows ran next
+to each other; every round's ratio is printed with it, and a distribution-free 95% interval
+for that median says whether the rounds decide the bar or the machine's noise does (it takes
+six rounds or more; a round of those three rows takes about half a minute at 200,000
+files). A bar across the groups (dir against bare + create, against asyncio) compares the
+rows' medians.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ from harness import (
 )
 
 HERE = Path(__file__).resolve().parent
+# The rows whose bars are ratios within a round.
+PAIRED_ROWS = ("bare pycurl loop (memory)", "bulkfetch null, 1 worker",
+               "bulkfetch tar, 1 worker")
 # The rows that create files, each with the directory a new filesystem is mounted on for it.
 FILE_ROWS = {"bare create loop (files)": "fs-c", "bulkfetch dir, 1 worker": "fs-d",
              "asyncio+aiohttp (files)": "fs-a"}
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3, help="rounds of every row")
     parser.add_argument("--paired-rounds", type=int, default=None, metavar="N",
-                        help="rounds of the rows that write no files (default: --repeat); "
+                        help="rounds of the bare, null and tar rows (default: --repeat); "
                              "their bars need six or more for an interval")
     parser.add_argument("--export-dir", type=Path, default=None,
                         help="reuse (or create) the nginx export here")
@@ -192,11 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     filesystems = FreshFilesystems(work) if not args.no_dir else None
     if filesystems is not None:
         log(filesystems.note)
-    # The rows that write files run after every round of the rows that write none, so that
-    # file-system work they leave behind (journal, discard, writeback) cannot fall on the
-    # rows the main bars compare.
-    phases = [[step for step in plan if step[0] not in FILE_ROWS],
-              [step for step in plan if step[0] in FILE_ROWS]]
+    # The rows that write files run after every round of the paired rows, so that file-system
+    # work they leave behind (journal, discard, writeback) cannot fall on the rows the main
+    # bars compare.
+    phases = [[step for step in plan if step[0] in PAIRED_ROWS],
+              [step for step in plan if step[0] not in PAIRED_ROWS]]
     rows: dict[str, Row] = {label: Row(label, [], n, "") for label, _, _ in plan}
     try:
         # nginx starts with its open-file cache empty: the first row would wait on it, and a
@@ -238,9 +242,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def table(rows: list[Row], files: int, placement: str, repeat: int, paired: int) -> str:
     bare = next(r for r in rows if r.name.startswith("bare pycurl"))
-    file_rows = any(row.name in FILE_ROWS for row in rows)
-    rounds = (f"{paired} rounds of the rows that write no files, {repeat} of the others"
-              if file_rows and paired != repeat else f"{paired} rounds")
+    others = any(row.name not in PAIRED_ROWS for row in rows)
+    rounds = (f"{paired} rounds of the bare, null and tar rows, {repeat} of the others"
+              if others and paired != repeat else f"{paired} rounds")
     lines = [
         f"{files:,} files of 100 bytes from nginx (static export); {placement}; "
         f"median of {rounds}, every other one in reverse order",
