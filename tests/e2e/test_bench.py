@@ -174,5 +174,10 @@ def test_get_benchmark_script_runs_the_file_rows_each_on_its_own_filesystem(
     assert "| yes: 1,500 counted |" in rows["| bare create loop (files)"]
     assert "| yes: 1,500 files, " in rows["| bulkfetch dir, 1 worker"]
     assert rows["| bulkfetch dir, 1 worker"].count("0 wrong") == 1
+    assert "| yes: 1,500 counted |" in rows["| bare pycurl loop (beside the file rows)"]
+    # the directory bar pairs the dir row with the bare and create loops of its own round
+    bar = next(line for line in done.stdout.splitlines() if "dir CPU/file" in line)
+    assert "× (bare + create)" in bar and "; rounds " in bar, bar
+    assert "too few rounds for a 95% interval" in bar, bar
     with open("/proc/self/mounts") as mounts:  # each row's filesystem was unmounted
         assert "/bulkfetch-bench-" not in mounts.read()
