@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import json
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -156,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-asyncio", action="store_true", help="skip the aiohttp rows")
     parser.add_argument("--no-dir", action="store_true", help="skip the directory rows")
     args = parser.parse_args(argv)
+    # A TERM (kill, a CI timeout) unwinds like Ctrl-C: nginx stopped, mounts and files removed
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.repeat < 1 or (args.paired_rounds is not None and args.paired_rounds < 1):
         parser.error("--repeat and --paired-rounds need at least one round")
     paired_rounds = args.paired_rounds or args.repeat

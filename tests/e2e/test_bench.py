@@ -6,12 +6,15 @@ missing here."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,6 +139,44 @@ def run_get_script(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[s
         [sys.executable, str(script), "--files", "1500", *flags,
          "--export-dir", str(tmp_path / "export")],
         capture_output=True, text=True, timeout=300)
+
+
+def test_get_benchmark_script_cleans_up_when_terminated(tmp_path: Path) -> None:
+    """A TERM in the middle of a row stops nginx and removes the work directory (and the
+    row's filesystem, if it had one) as Ctrl-C does."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "get.py"
+    work = tmp_path / "tmp"
+    work.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, str(script), "--files", "1500", "--repeat", "50", "--no-asyncio",
+         "--export-dir", str(tmp_path / "export")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TMPDIR": str(work)})
+    assert process.stderr is not None
+    for line in process.stderr:  # into the measured rounds: nginx is up, work holds files
+        if line.startswith("round 2 of"):
+            break
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert list(work.iterdir()) == []
+    deadline = time.monotonic() + 10
+    while any(str(tmp_path) in cmdline for cmdline in command_lines()):
+        assert time.monotonic() < deadline, "nginx still runs"
+        time.sleep(0.1)
+    with open("/proc/self/mounts") as mounts:
+        assert str(tmp_path) not in mounts.read()
+
+
+def command_lines() -> list[str]:
+    """Every process's command line, from /proc."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ")
+                             .decode(errors="replace"))
+    return lines
 
 
 def test_get_benchmark_script_verifies_every_row_and_pairs_rounds(tmp_path: Path) -> None:
