@@ -20,8 +20,8 @@ against null; dir against bare + create, with the bare loop run again among the 
 and against asyncio writing files) is the median over rounds of the ratio within each
 round, whose rows ran next to each other; every round's ratio is printed with it, and a
 distribution-free 95% interval for that median says whether the rounds decide the bar or
-the machine's noise does (it takes six rounds or more; a round of the first group takes
-about half a minute at 200,000 files). Only null against asyncio in memory compares the
+the machine's noise does (it takes six rounds or more; a round of the first group took
+30-50 s at 200,000 files here). Only null against asyncio in memory compares the
 medians of two groups.
 """
 
