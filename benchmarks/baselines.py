@@ -3,6 +3,9 @@
     python benchmarks/baselines.py pycurl URL FILES      bare libcurl multi loop, 64 handles,
                                                          bodies kept in memory, status checked
     python benchmarks/baselines.py create DIR FILES      create and write 100-byte files
+    python benchmarks/baselines.py create-renamed DIR FILES
+                                                         the same under a temporary name in
+                                                         DIR/.tmp, each renamed into place
     python benchmarks/baselines.py asyncio URL FILES [DEST]
                                                          the case study's asyncio design:
                                                          aiohttp, a semaphore of 64, listing
@@ -91,12 +94,32 @@ def bare_create(directory: str, files: int) -> dict[str, int]:
     return {"files": files, "bad": 0}
 
 
+def bare_create_renamed(directory: str, files: int) -> dict[str, int]:
+    """bare_create() plus the least a downloader must add so that a file appears under its
+    name only when whole: a temporary name, then rename(2). Paths as bare_create() has them,
+    so the difference between the two loops is the rename."""
+    temporary = os.path.join(directory, ".tmp")
+    os.makedirs(temporary, exist_ok=True)
+    body = os.urandom(100)
+    for i in range(files):
+        final = name(i, files)
+        part = os.path.join(temporary, final)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, body)
+        os.close(fd)
+        os.rename(part, os.path.join(directory, final))
+    os.rmdir(temporary)
+    return {"files": files, "bad": 0}
+
+
 def main(argv: list[str]) -> int:
     kind = argv[0]
     if kind == "pycurl":
         result = bare_pycurl(argv[1], int(argv[2]))
     elif kind == "create":
         result = bare_create(argv[1], int(argv[2]))
+    elif kind == "create-renamed":
+        result = bare_create_renamed(argv[1], int(argv[2]))
     elif kind == "asyncio":
         dest = argv[3] if len(argv) > 3 else None
         try:

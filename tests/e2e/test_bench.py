@@ -10,6 +10,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -222,8 +223,18 @@ def test_get_benchmark_script_runs_the_file_rows_each_on_its_own_filesystem(
     assert "| yes: 1,500 files, " in rows["| bulkfetch dir, 1 worker"]
     assert rows["| bulkfetch dir, 1 worker"].count("0 wrong") == 1
     assert "| yes: 1,500 counted |" in rows["| bare pycurl loop (beside the file rows)"]
+    assert "| yes: 1,500 counted |" in rows["| bare create loop, renamed into place (files)"]
     # the directory bar pairs the dir row with the bare and create loops of its own round
     bar = next(line for line in done.stdout.splitlines() if "dir CPU/file" in line)
     assert "× (bare + create)" in bar and "; rounds " in bar, bar
     assert "too few rounds for a 95% interval" in bar, bar
+    # after it, not as bars: the rename's share, and dir against bare + the renaming loop
+    references = [re.fullmatch(r"- for reference, (.+) (\d+\.\d{3}) \(rounds (\d+\.\d{3})\)",
+                               line)
+                  for line in done.stdout.splitlines() if line.startswith("- for reference")]
+    assert [match and match[1] for match in references] == [
+        "(bare + renamed create) × (bare + create)",
+        "dir CPU/file × (bare + renamed create)"], done.stdout
+    # one round: its ratio is the median
+    assert all(match[2] == match[3] and float(match[2]) > 0 for match in references)
     assert not mounted_under(Path(tempfile.gettempdir()) / "bulkfetch-bench-")  # all unmounted
