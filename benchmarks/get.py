@@ -5,8 +5,8 @@ reference loops, in one run:
 
 nginx serves a static export of the data set, pinned to core 0; every client row runs pinned
 to core 1 with one bulkfetch worker. Rows: a bare pycurl multi loop (bodies in memory), a
-bare loop creating 100-byte files (and the same renaming each into place, as a file that must
-appear only whole needs), bulkfetch into the null, tar and directory sinks, and the case
+bare loop creating 100-byte files (and one renaming each into place, the least a file that
+must appear only whole costs), bulkfetch into the null, tar and directory sinks, and the case
 study's asyncio + aiohttp downloader in memory and writing files. CPU per file is user + sys
 of each row's whole process tree; files/s compares only within this run. An unmeasured pass
 of the bare loop warms nginx first. The bare loop and the null and tar sinks run first, in
