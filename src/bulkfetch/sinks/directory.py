@@ -5,7 +5,8 @@ descriptors, so a symlink planted inside DEST is never written through and nothi
 created outside DEST. Temporary files live in DEST/.bulkfetch/tmp, emptied at each start.
 (O_TMPFILE + linkat(2) would spare the temporary name: on a new ext4 here it took 23.2-29.4
 against 24.2-33.9 µs per 100-byte file for the temporary file and rename, a saving within the
-noise; 2026-11-22. Earlier figures of 240-460 µs were taken right after mass deletes.)
+noise; 2026-11-22. Earlier figures of 240-460 µs were taken right after mass deletes. And
+linkat(2) cannot replace a file, as a rerun must when an interrupted page left one.)
 """
 
 from __future__ import annotations
