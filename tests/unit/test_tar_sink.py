@@ -1,5 +1,6 @@
 """The tar sink on its own: shard format (read back by tarfile), rolling at page boundaries,
-what a flush keeps and drops, and index.recover() after a killed run."""
+what a flush keeps and drops, and index.recover() after a killed run. Every test runs with
+the C packer and with the Python one."""
 
 from __future__ import annotations
 
@@ -14,7 +15,19 @@ import pytest
 
 from bulkfetch import index
 from bulkfetch.models import Failure, PageReport
-from bulkfetch.sinks.tar import TarSink, _pax_records
+from bulkfetch.sinks import tar, ustar
+from bulkfetch.sinks.tar import TarSink
+from bulkfetch.sinks.ustar import pax_records
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def packer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "c" and not ustar.ACCELERATED:
+        pytest.fail("the C packer (bulkfetch.sinks._ustar) is not built: pip install -e .")
+    accelerated = request.param == "c"
+    monkeypatch.setattr(tar, "new_packer", lambda fd, where, mtime: ustar.new_packer(
+        fd, where, mtime, accelerated=accelerated))
+    return request.param
 
 
 def make_sink(dest: Path, worker: int = 0, shard_files: int = 1000,
@@ -81,6 +94,14 @@ def test_members_read_back_by_tarfile_with_right_offsets_and_md5(tmp_path: Path)
     assert shard.stat().st_size % 512 == 0
 
 
+def test_each_shard_packs_with_the_packer_under_test(tmp_path: Path, packer: str) -> None:
+    sink = make_sink(tmp_path / "dest")
+    sink.begin_page(0)
+    assert sink.current is not None
+    assert isinstance(sink.current.packer, ustar.PyPacker) is (packer == "python")
+    sink.close()
+
+
 def test_given_md5_is_recorded_as_is(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     sink = make_sink(dest)
@@ -93,7 +114,7 @@ def test_given_md5_is_recorded_as_is(tmp_path: Path) -> None:
 
 def test_pax_record_length_counts_itself() -> None:
     for value in ("x", "y" * 5, "z" * 93, "w" * 994):
-        record = _pax_records({"path": value})
+        record = pax_records({"path": value})
         length, _, rest = record.partition(b" ")
         assert int(length) == len(record) and rest == f"path={value}\n".encode()
 
@@ -233,8 +254,9 @@ def test_disk_full_is_fatal(tmp_path: Path) -> None:
     write = sink.begin_page(0)
     shard = sink.current
     assert shard is not None
-    os.close(shard.fd)
-    shard.fd = os.open("/dev/full", os.O_WRONLY)
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, shard.fd)  # the packer writes to this descriptor number
+    os.close(full)
     with pytest.raises(SinkFatal, match="No space left"):
         for i in range(3000):
             write(f"f{i}", b"x" * 1000, None)

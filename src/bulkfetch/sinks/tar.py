@@ -1,8 +1,9 @@
 """--sink tar: each worker packs bodies into its own shards, DEST/shard-WWW-NNNNNN.tar.
 
 Why: one 100-byte file costs tens of microseconds of filesystem metadata; a tar member costs
-a 512-byte header built from a template. Shards are plain POSIX tar (ustar, with a PAX
-header for names that do not fit), so tarfile and webdataset read them as they are.
+a 512-byte header built from a template (ustar.py packs them, in C when it is built).
+Shards are plain POSIX tar (ustar, with a PAX header for names that do not fit), so tarfile
+and webdataset read them as they are.
 
 Pages and shards: every page's files go into ONE shard (the shard that was current when the
 page began), so a page is durable exactly when that shard is closed. A full shard stops
@@ -20,56 +21,24 @@ import contextlib
 import os
 import sqlite3
 import time
-import zlib
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bulkfetch import index
-from bulkfetch.digest import md5_hex
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import SinkFatal, Writer
+from bulkfetch.sinks.ustar import END, new_packer
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
-BLOCK = 512
-_ZEROS = bytes(BLOCK)
-_PADS = [_ZEROS[:n] for n in range(BLOCK)]  # the padding after a body of each size mod 512
-_END = bytes(2 * BLOCK)  # end-of-archive marker
-_FLUSH_AT = 1 << 20  # bytes buffered before a write(2)
-_MAX_OCTAL_SIZE = 8**11 - 1  # the ustar size field's limit; larger sizes go in PAX
-_adler32 = zlib.adler32
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-def _ustar_parts(mtime: int) -> tuple[bytes, bytes, int]:
-    """The constant bytes around the name and size fields, and their checksum share."""
-    before_size = b"0000644\0" + b"0000000\0" + b"0000000\0"  # mode, uid, gid
-    after_size = (
-        b"%011o\0" % mtime  # mtime
-        + b" " * 8  # checksum field, counted as spaces
-        + b"0"  # typeflag: regular file
-        + bytes(100)  # linkname
-        + b"ustar\x0000"  # magic + version
-        + bytes(32 + 32 + 8 + 8 + 155 + 12)  # uname, gname, devmajor, devminor, prefix, pad
-    )
-    return before_size, after_size, sum(before_size) + sum(after_size)
-
-
-def _pax_records(records: dict[str, str]) -> bytes:
-    """PAX extended-header data: '<length> <key>=<value>\\n', the length counting itself."""
-    out = []
-    for key, value in records.items():
-        body = f" {key}={value}\n".encode()
-        length = len(body) + 1
-        while len(str(length)) + len(body) != length:
-            length = len(str(length)) + len(body)
-        out.append(str(length).encode() + body)
-    return b"".join(out)
 
 
 class _Shard:
-    """One open shard: a .tar.part file, its write buffer and its members' index rows."""
+    """One open shard: a .tar.part file, the packer appending to it (with its members'
+    index rows) and the pages it holds."""
 
     def __init__(self, dest_fd: int, worker: int, number: int, dest: Path | None = None) -> None:
         self.dest_fd = dest_fd
@@ -85,112 +54,33 @@ class _Shard:
                             "DEST") from None
         except OSError as exc:
             raise SinkFatal(f"cannot create {self.where}: {exc.strerror}") from None
-        self.before_size, self.after_size, self.constant_sum = _ustar_parts(int(time.time()))
-        self.tail = self.after_size[20:]  # typeflag '0' and everything after it
-        self.tails: dict[int, tuple[bytes, bytes, int]] = {}  # see add() and _tail()
-        self.buffer: list[bytes] = []
-        self.offset = 0  # bytes written + buffered
-        self.flushed = 0  # bytes written
+        self.packer = new_packer(self.fd, self.where, int(time.time()))
+        self.add = self.packer.add  # the page's writer: one call per stored file
         self.open_pages = 0
-        self.full = False
         self.held: list[PageReport] = []
-        self.members: list[str | int] = []  # name, data offset, size, md5, name, ...
 
-    def _sized(self, size: int) -> tuple[bytes, int]:
-        """Header bytes from mode to mtime for this size, and the checksum of every header
-        byte but the name's."""
-        size_field = b"%011o\0" % size
-        return (self.before_size + size_field + self.after_size[:12],
-                self.constant_sum + sum(size_field))
-
-    def _tail(self, key: int) -> tuple[bytes, bytes, int]:
-        """For add()'s key (size << 24 | 1 + the name's byte sum << 7 | the name's length):
-        the 412 header bytes after the name (the zeros padding it to 100 bytes, the fields
-        of this size, the checksum, the rest), the body's padding, and the member's stride."""
-        size, length = key >> 24, key & 127
-        middle, partial = self._sized(size)
-        checksum = partial - 1 + (key >> 7 & 0xFFFF)
-        rest = b"".join((_ZEROS[: 100 - length], middle, b"%06o\0 " % checksum, self.tail))
-        pad = _PADS[-size % BLOCK]
-        entry = (rest, pad, BLOCK + size + len(pad))
-        if len(self.tails) < 4096:  # about 2 MB: bodies of every size must not grow it
-            self.tails[key] = entry
-        return entry
-
-    def _header(self, name: bytes, size: int, typeflag: bytes = b"0") -> bytes:
-        middle, partial = self._sized(size)
-        checksum = partial + sum(name) + typeflag[0] - 48
-        return b"".join((name.ljust(100, b"\0"), middle, b"%06o\0 " % checksum, typeflag,
-                         self.after_size[21:]))
+    @property
+    def offset(self) -> int:
+        return self.packer.offset
 
     @property
     def files(self) -> int:
-        return len(self.members) // 4
-
-    def add(self, name: str, body: bytes, md5: str | None) -> None:
-        size = len(body)
-        encoded = name.encode()
-        length = len(encoded)
-        if length == len(name) <= 100 and size <= _MAX_OCTAL_SIZE:
-            # The common case (an ASCII name that fits), written flat: it runs once per file.
-            # A header is the name plus 412 bytes that depend only on the size, the name's
-            # byte sum and its length, so those bytes (with the body's padding and the
-            # member's stride) come from a cache keyed by the three and are never joined
-            # here. adler32's low half is 1 + the byte sum while that sum is < 65521 (100
-            # bytes of at most 127): the sum in one C call.
-            key = size << 24 | (_adler32(encoded) & 0xFFFF) << 7 | length
-            rest, pad, stride = self.tails.get(key) or self._tail(key)
-            data_at = self.offset + BLOCK
-            self.offset += stride
-            self.buffer += (encoded, rest, body, pad)
-        else:
-            header = self._long_header(name, size)
-            data_at = self.offset + len(header)
-            pad = _PADS[-size % BLOCK]
-            self.offset = data_at + size + len(pad)
-            self.buffer += (header, body, pad)
-        self.members += (name, data_at, size, md5 or md5_hex(body))
-        if self.offset - self.flushed >= _FLUSH_AT:
-            self._flush()
-
-    def _long_header(self, name: str, size: int) -> bytes:
-        """A PAX 'x' member carrying the real path (and size when it overflows ustar)."""
-        records = {"path": name}
-        if size > _MAX_OCTAL_SIZE:
-            records["size"] = str(size)
-        data = _pax_records(records)
-        pax = self._header(b"././@PaxHeader", len(data), b"x")
-        short = name.encode("utf-8", "replace")[:100]
-        short = short.decode("utf-8", "ignore").encode("ascii", "replace")
-        return b"".join((pax, data, _ZEROS[: -len(data) % BLOCK],
-                         self._header(short, min(size, _MAX_OCTAL_SIZE))))
-
-    def _flush(self) -> None:
-        data = b"".join(self.buffer)
-        self.buffer.clear()
-        self.flushed = self.offset
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(self.fd, view):]
-        except OSError as exc:
-            raise SinkFatal(f"cannot write {self.where}: {exc.strerror}") from None
+        return len(self.packer.members) // 4
 
     def close(self, conn: sqlite3.Connection) -> list[PageReport]:
         """Make the shard durable and indexed; return the page reports it releases. If that
         fails before the index has its rows (disk full ...), the .tar.part is removed: its
         pages are not done and a rerun fetches them again."""
         try:
-            self.buffer.append(_END)
-            self.offset += len(_END)
-            self._flush()
+            self.packer.append(END)
+            self.packer.flush()
             try:
                 os.fsync(self.fd)
             except OSError as exc:
                 raise SinkFatal(f"cannot write {self.where}: {exc.strerror}") from None
             try:
-                index.add_shard_flat(conn, self.file, self.worker, self.offset, time.time(),
-                                     self.held, self.members)
+                index.add_shard_flat(conn, self.file, self.worker, self.packer.offset,
+                                     time.time(), self.held, self.packer.members)
             except sqlite3.Error as exc:
                 raise SinkFatal(f"cannot update {index.INDEX_NAME}: {exc}") from None
         except BaseException:
@@ -202,7 +92,8 @@ class _Shard:
             os.fsync(self.dest_fd)
         except OSError as exc:  # index.recover() renames it at the next start
             raise SinkFatal(f"cannot rename {self.where}: {exc.strerror}") from None
-        released, self.held, self.members = self.held, [], []
+        released, self.held = self.held, []
+        self.packer.release()
         return released
 
     def discard(self) -> None:
@@ -211,8 +102,7 @@ class _Shard:
             os.close(self.fd)
         with contextlib.suppress(OSError):
             os.unlink(self.part, dir_fd=self.dest_fd)
-        self.buffer.clear()
-        self.members.clear()
+        self.packer.release()
         self.held.clear()
 
 
