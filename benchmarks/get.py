@@ -41,6 +41,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from bulkfetch.sinks.ustar import PACKER_NOTE
 from harness import (
     FreshFilesystems,
     Measured,
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         nginx.stop()
         shutil.rmtree(work, ignore_errors=True)
     placement = place.note if filesystems is None else f"{place.note}; {filesystems.note}"
+    placement += f"; tar packer: {PACKER_NOTE}"
     print(table(list(rows.values()), n, placement, args.repeat, paired_rounds))
     print(checks(rows))
     return 0

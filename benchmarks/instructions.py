@@ -23,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bulkfetch.sinks.ustar import PACKER_NOTE
 from harness import (
     bulkfetch_command,
     cached_export,
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 nginx.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(table(counts, args.small, args.large, place.note))
+    print(table(counts, args.small, args.large, f"{place.note}; tar packer: {PACKER_NOTE}"))
     return 0
 
 

@@ -172,7 +172,8 @@ def test_machine_description_has_the_asked_lines() -> None:
     text = machine.describe("server on core 0, client on core 1")
     keys = {line.split(":", 1)[0] for line in text.splitlines()}
     assert {"cpu", "cores", "memory", "kernel", "python", "libcurl", "nginx", "rclone",
-            "aria2c", "wget2", "curl"} <= keys
+            "aria2c", "wget2", "curl", "bulkfetch tar packer"} <= keys
+    assert "bulkfetch tar packer: C (bulkfetch.sinks._ustar)\n" in text
     json.dumps(text)  # plain text
 
 

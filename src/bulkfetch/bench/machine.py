@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from bulkfetch.bench import peers
+from bulkfetch.sinks.ustar import PACKER_NOTE
 
 TOOLS = ("nginx", "wrk", "rclone", "aria2c", "wget2", "curl")
 PACKAGES = ("bulkfetch", "pycurl", "aiohttp", "requests", "uvloop", "matplotlib")
@@ -93,6 +94,7 @@ def describe(placement: str) -> str:
         "python": sys.version.split()[0] + f" ({sys.executable})",
         "libcurl": _libcurl(),
         "bulkfetch git": _git(),
+        "bulkfetch tar packer": PACKER_NOTE,
     }
     lines.update({tool: peers.version(tool) for tool in TOOLS})
     lines.update({f"python {name}": _package(name) for name in PACKAGES})

@@ -211,6 +211,8 @@ def _c_packer() -> Callable[[int, str, int], Packer] | None:
 
 _make_c_packer = _c_packer()
 ACCELERATED = _make_c_packer is not None  # the C packer is built and imports
+PACKER_NOTE = ("C (bulkfetch.sinks._ustar)" if ACCELERATED
+               else "Python (the C extension bulkfetch.sinks._ustar is not built)")
 
 
 def new_packer(fd: int, where: str, mtime: int, *, accelerated: bool = ACCELERATED) -> Packer:
