@@ -163,10 +163,13 @@ append_member_row(Packer *self, PyObject *name, long long data_at, Py_ssize_t si
         return -1;
     }
     int status = -1;
+    Py_ssize_t before = PyList_GET_SIZE(self->members);
     if (PyList_Append(self->members, name) == 0 && PyList_Append(self->members, at) == 0
         && PyList_Append(self->members, length) == 0
         && PyList_Append(self->members, md5) == 0)
         status = 0;
+    else /* out of memory: keep the list in whole rows of four */
+        PyList_SetSlice(self->members, before, PyList_GET_SIZE(self->members), NULL);
     Py_DECREF(at);
     Py_DECREF(length);
     return status;
