@@ -23,7 +23,7 @@ from bulkfetch.sinks.ustar import pax_records
 @pytest.fixture(autouse=True, params=["c", "python"])
 def packer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "c" and not ustar.ACCELERATED:
-        pytest.fail("the C packer (bulkfetch.sinks._ustar) is not built: pip install -e .")
+        pytest.fail(ustar.NOT_BUILT)
     accelerated = request.param == "c"
     monkeypatch.setattr(tar, "new_packer", lambda fd, where, mtime: ustar.new_packer(
         fd, where, mtime, accelerated=accelerated))

@@ -51,7 +51,7 @@ def pack(path: Path, accelerated: bool, items: list[tuple[str, bytes, str | None
 @pytest.fixture(scope="module", autouse=True)
 def needs_c_packer() -> None:
     if not ustar.ACCELERATED:
-        pytest.fail("the C packer (bulkfetch.sinks._ustar) is not built: pip install -e .")
+        pytest.fail(ustar.NOT_BUILT)
 
 
 def test_both_packers_write_the_same_archive_that_tarfile_reads(tmp_path: Path) -> None:

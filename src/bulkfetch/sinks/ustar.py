@@ -213,6 +213,8 @@ _make_c_packer = _c_packer()
 ACCELERATED = _make_c_packer is not None  # the C packer is built and imports
 PACKER_NOTE = ("C (bulkfetch.sinks._ustar)" if ACCELERATED
                else "Python (the C extension bulkfetch.sinks._ustar is not built)")
+NOT_BUILT = ("the C packer bulkfetch.sinks._ustar is not built: install a C compiler and "
+             "Python's headers (Debian: gcc, python3-dev), then pip install -e . again")
 
 
 def new_packer(fd: int, where: str, mtime: int, *, accelerated: bool = ACCELERATED) -> Packer:
