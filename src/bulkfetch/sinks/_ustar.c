@@ -66,7 +66,8 @@ reserve(Packer *self, Py_ssize_t more)
     return 0;
 }
 
-/* write(2) all of data; on failure raise `fatal` naming the file, as PyPacker does. */
+/* write(2) all of data; on failure raise `fatal` naming the file, as PyPacker does. The
+ * callers count the bytes as written either way (the shard is dropped on failure). */
 static int
 write_all(Packer *self, const char *data, Py_ssize_t size)
 {
@@ -86,7 +87,6 @@ write_all(Packer *self, const char *data, Py_ssize_t size)
         }
         data += n;
         size -= n;
-        self->flushed += n;
     }
     return 0;
 }
