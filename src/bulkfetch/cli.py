@@ -130,6 +130,9 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               metavar="SECONDS", help="Give up on any single request after this long.")
 @click.option("--max-page-size", default="16m", show_default=True, metavar="BYTES",
               help="Refuse list pages larger than this (k/m/g suffixes).")
+@click.option("--spool-above", default="1m", show_default=True, metavar="BYTES",
+              help="Bodies larger than this are written to disk as they arrive (hashed on "
+                   "the way) instead of being held in memory; 0 streams every body.")
 @click.option("--list-path", default="/list", show_default=True, help="Listing endpoint.")
 @click.option("--names-key", default="FileNames", show_default=True,
               help="JSON key of the names on a list page.")
@@ -169,7 +172,7 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
     flags["verify"] = not flags.pop("no_verify")
     from bulkfetch.server.sizes import parse_bytes
 
-    for flag in ("shard_size", "max_page_size"):
+    for flag in ("shard_size", "max_page_size", "spool_above"):
         try:
             flags[flag] = parse_bytes(str(flags[flag]))
         except UsageError as exc:

@@ -79,12 +79,17 @@ class Limits:
     pages_ahead: int = 0
     per_host: int = 0  # connections per host per worker; 0 = no limit beyond concurrency
     max_page_size: int = DEFAULT_MAX_PAGE_SIZE  # bytes of one list page
+    # Bodies larger than this stream into the sink's spool as they arrive; smaller ones are
+    # collected in memory (the fast path). 0: every body streams.
+    spool_above: int = 1 << 20
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.concurrency < 1:
             raise UsageError("--workers and --concurrency must be >= 1")
         if self.max_page_size < 1:
             raise UsageError("--max-page-size must be >= 1 byte")
+        if self.spool_above < 0:
+            raise UsageError(f"--spool-above must be >= 0 bytes, got {self.spool_above}")
 
     @property
     def max_pages_out(self) -> int:

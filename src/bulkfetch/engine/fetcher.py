@@ -18,6 +18,7 @@ import pycurl
 
 from bulkfetch.config import GetOptions
 from bulkfetch.digest import SMALL_BODY, builtin_md5, openssl_md5
+from bulkfetch.engine import spooling
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
     header_value,
@@ -28,12 +29,14 @@ from bulkfetch.engine.curl import (
 )
 from bulkfetch.models import Failure, Page, PageReport, Tick
 from bulkfetch.names import check_name
-from bulkfetch.sinks.base import Sink, SinkFailure, Writer
+from bulkfetch.sinks.base import Sink, SinkFailure, SinkFatal, Writer
 from bulkfetch.sources.base import Source
 
 _HEX = frozenset("0123456789abcdef")
 _HEX_BYTES = frozenset(b"0123456789abcdef")
 _URL = pycurl.URL
+# libcurl stopped a transfer at MAXFILESIZE: the body is bigger than --spool-above.
+_TOO_BIG = pycurl.E_FILESIZE_EXCEEDED
 
 
 @dataclass(slots=True, eq=False)  # compared and hashed by identity
@@ -114,6 +117,7 @@ class Fetcher:
         self.multi = pycurl.CurlMulti()
         if options.limits.per_host:
             self.multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, options.limits.per_host)
+        self.spool_above = options.limits.spool_above
         self.free: list[pycurl.Curl] = []
         # Per-handle state lives in dicts keyed by the handle: an attribute on a pycurl
         # object costs a failed generic lookup (an AttributeError built and dropped) first.
@@ -125,11 +129,18 @@ class Fetcher:
             lines: list[bytes] = []
             handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
             handle.setopt(pycurl.HEADERFUNCTION, lines.append)
+            handle.setopt(pycurl.MAXFILESIZE_LARGE, self.spool_above)
             self.buffers[handle] = (chunks, lines)
             self.free.append(handle)
         self.handles = list(self.free)
         self.pending: deque[_Transfer] = deque()
-        self.waiting: list[tuple[float, int, _Transfer]] = []  # retry heap by due time
+        # Transfers whose bodies stream to a spool, and the spools of those in flight. They
+        # may hold at most half the handles, so small files keep moving beside them.
+        self.big_pending: deque[_Transfer] = deque()
+        self.spooling: dict[pycurl.Curl, spooling.SpooledBody] = {}
+        self.big_slots = max(1, options.limits.concurrency // 2)
+        # Retry heap by due time: (due, order, transfer, streams to a spool).
+        self.waiting: list[tuple[float, int, _Transfer, bool]] = []
         self.order = itertools.count()
         self.finished: list[PageReport] = []  # durable page reports, not yet taken
         self.fetched = 0  # pages whose every file is stored or failed, not yet taken
@@ -152,10 +163,12 @@ class Fetcher:
         self.pages_held += 1
         self.live.add(state)
         urls = self.source.plain_urls(page.names)
+        # --spool-above 0: every body streams (libcurl reads MAXFILESIZE 0 as no limit).
+        queue = self.pending if self.spool_above else self.big_pending
         if urls is not None:  # every name is plain: no per-name check, tuples built in C
-            self.pending.extend(zip(repeat(state), page.names, urls, repeat(1)))
+            queue.extend(zip(repeat(state), page.names, urls, repeat(1)))
             return
-        resolve, pending = self.source.resolve, self.pending
+        resolve, pending = self.source.resolve, queue
         for item in page.names:
             try:
                 name, url = resolve(item)
@@ -180,8 +193,11 @@ class Fetcher:
         if self.waiting:
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
-                self.pending.append(heapq.heappop(self.waiting)[2])
+                _, _, transfer, big = heapq.heappop(self.waiting)
+                (self.big_pending if big else self.pending).append(transfer)
         multi, free, pending, transfer_of = self.multi, self.free, self.pending, self.transfer_of
+        while free and self.big_pending and len(self.spooling) < self.big_slots:
+            self._start_spooled(self.big_pending.popleft())
         while free and pending:
             transfer = pending.popleft()
             handle = free.pop()
@@ -209,12 +225,21 @@ class Fetcher:
 
     def _completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
         """One transfer ended. The success path is written flat: it runs once per file."""
+        if self.spooling and handle in self.spooling:
+            self._completed_spooled(handle, error)
+            return
         self.multi.remove_handle(handle)
         transfer = self.transfer_of[handle]
         chunks, lines = self.buffers[handle]
         retry_after = None
         if error is not None:
             code, message = error
+            if code == _TOO_BIG:  # not a failure: the body goes to a spool instead
+                chunks.clear()
+                lines.clear()
+                self.free.append(handle)
+                self.big_pending.append(transfer)
+                return
             retryable, reason = code in RETRYABLE_CURL_ERRORS, f"{message} (curl error {code})"
         elif handle.getinfo(pycurl.RESPONSE_CODE) == 200:
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -266,14 +291,75 @@ class Fetcher:
             return f"body of {len(body)} bytes, Content-Length {int(announced)}"
         return None
 
+    # -- bodies streamed to a spool ------------------------------------------------------
+    def _start_spooled(self, transfer: _Transfer) -> None:
+        state, name = transfer[0], transfer[1]
+        try:
+            spool = self.sink.open_spool(name)
+        except SinkFailure as exc:
+            self._fail(state, name, str(exc), transfer[3])
+            return
+        handle = self.free.pop()
+        body = spooling.SpooledBody(transfer, spool, handle, self.buffers[handle][1])
+        spooling.prepare(handle, body)
+        self.spooling[handle] = body
+        self.transfer_of[handle] = transfer
+        handle.setopt(_URL, transfer[2])
+        self.multi.add_handle(handle)
+
+    def _completed_spooled(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
+        self.multi.remove_handle(handle)
+        body = self.spooling.pop(handle)
+        chunks, lines = self.buffers[handle]
+        spooling.restore(handle, chunks, self.spool_above)
+        transfer = body.transfer
+        state, name = transfer[0], transfer[1]
+        status = body.status or handle.getinfo(pycurl.RESPONSE_CODE)
+        retry_after = None
+        if isinstance(body.error, SinkFatal):
+            reason, retryable = "", False
+        elif body.error is not None:
+            reason, retryable = str(body.error), False
+        elif error is not None and not (body.started and body.status != 200):
+            # (a status other than 200 stopped the transfer itself: judged by the status)
+            code, message = error
+            retryable, reason = code in RETRYABLE_CURL_ERRORS, f"{message} (curl error {code})"
+        elif status != 200:
+            retryable, reason = retryable_status(status), f"HTTP {status}"
+            if status in (429, 503):
+                retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
+        else:
+            announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
+            reason = body.mismatch(announced, self.verify) or ""
+            retryable = True
+        lines.clear()
+        self.free.append(handle)
+        if isinstance(body.error, SinkFatal):
+            body.spool.discard()
+            raise body.error
+        if reason:
+            body.spool.discard()
+            self._retry_or_fail(transfer, reason, retryable, retry_after, big=True)
+            return
+        try:
+            self.sink.store_spool(state.page.seq, name, body.spool, body.size,
+                                  body.md5.hexdigest())
+        except SinkFailure as exc:
+            self._fail(state, name, str(exc), transfer[3])
+            return
+        state.bytes += body.size
+        state.remaining -= 1
+        if state.remaining == 0:
+            self._page_finished(state)
+
     def _retry_or_fail(self, transfer: _Transfer, reason: str, retryable: bool,
-                       retry_after: float | None) -> None:
+                       retry_after: float | None, big: bool = False) -> None:
         state, name, url, attempt = transfer
         if retryable and attempt <= self.policy.retries:
             delay = self.policy.delay(attempt, retry_after, self.rng)
             self.retries += 1
             heapq.heappush(self.waiting, (time.monotonic() + delay, next(self.order),
-                                          (state, name, url, attempt + 1)))
+                                          (state, name, url, attempt + 1), big))
         else:
             self._fail(state, name, reason, attempt)
 
@@ -323,8 +409,13 @@ class Fetcher:
                 self.multi.remove_handle(handle)
                 for buffer in self.buffers[handle]:
                     buffer.clear()
+                body = self.spooling.pop(handle, None)
+                if body is not None:
+                    body.spool.discard()
+                    spooling.restore(handle, self.buffers[handle][0], self.spool_above)
                 self.free.append(handle)
         self.pending.clear()
+        self.big_pending.clear()
         self.waiting.clear()
 
     def close(self) -> None:

@@ -274,6 +274,25 @@ Packer_flush(Packer *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* The caller wrote `n` bytes to fd itself (a spooled body copied in by the kernel), right
+ * after flush(): the offset moves past them. */
+static PyObject *
+Packer_advance(Packer *self, PyObject *arg)
+{
+    if (check_ready(self) < 0)
+        return NULL;
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0 || self->len != 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "advance(n): n must be >= 0 and the buffer flushed first");
+        return NULL;
+    }
+    self->flushed += n;
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 Packer_release(Packer *self, PyObject *Py_UNUSED(ignored))
 {
@@ -362,6 +381,8 @@ static PyMethodDef Packer_methods[] = {
      "add(name, body, md5): append one member (md5 None: computed)"},
     {"append", (PyCFunction)Packer_append, METH_O, "append(data): append raw bytes"},
     {"flush", (PyCFunction)Packer_flush, METH_NOARGS, "write out what is buffered"},
+    {"advance", (PyCFunction)Packer_advance, METH_O,
+     "advance(n): n bytes were written to fd by the caller after flush()"},
     {"release", (PyCFunction)Packer_release, METH_NOARGS,
      "drop the buffer and the members"},
     {NULL, NULL, 0, NULL},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from typing import Protocol
 
@@ -27,9 +28,45 @@ class SinkFatal(Exception):
         self.released: list[PageReport] = released or []
 
 
+# errno values that no other file would escape: the disk, quota or filesystem itself failed.
+FATAL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def fatal_or_failure(exc: OSError, what: str) -> SinkFailure | SinkFatal:
+    """The error an OSError while doing `what` becomes: fatal when no other file could
+    fare better (disk full, read-only, I/O error), else this file's failure."""
+    if exc.errno in FATAL_ERRNOS:
+        return SinkFatal(f"{what}: {exc.strerror}")
+    return SinkFailure(f"{what}: {exc.strerror}")
+
+
+class Spool(Protocol):
+    """A body too big to hold in memory, written by the fetcher as it arrives (hashed on the
+    way) to where the sink keeps it until store_spool() publishes it or discard() drops it."""
+
+    def write(self, data: bytes) -> None:
+        """Append `data`. Raises SinkFailure (this file) or SinkFatal (the whole run)."""
+        ...
+
+    def discard(self) -> None:
+        """Drop what was written (a failed or abandoned transfer); safe to call twice."""
+        ...
+
+
 class Sink(Protocol):
     def begin_page(self, seq: int) -> Writer:
         """The writer for the files of page `seq`."""
+        ...
+
+    def open_spool(self, name: str) -> Spool:
+        """Somewhere to stream the body of `name` (already checked by check_name) that is
+        too big for memory. Raises SinkFailure or SinkFatal."""
+        ...
+
+    def store_spool(self, seq: int, name: str, spool: Spool, size: int, md5: str) -> None:
+        """Publish a complete, verified spooled body of `size` bytes as `name` of page
+        `seq`, like the page's writer does for a body in memory; the spool is used up
+        either way. Raises SinkFailure or SinkFatal."""
         ...
 
     def end_page(self, report: PageReport) -> list[PageReport]:

@@ -19,19 +19,13 @@ from pathlib import Path
 
 from bulkfetch.models import PageReport
 from bulkfetch.names import local_parts
-from bulkfetch.sinks.base import SinkFailure, SinkFatal, Writer
+from bulkfetch.sinks.base import SinkFailure, Writer, fatal_or_failure
+from bulkfetch.sinks.spool import FileSpool
 
 TMP_DIR = ".bulkfetch/tmp"
-_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_DIRS = 256
-
-
-def _fatal_or_failure(exc: OSError, what: str) -> Exception:
-    if exc.errno in _FATAL_ERRNOS:
-        return SinkFatal(f"{what}: {exc.strerror}")
-    return SinkFailure(f"{what}: {exc.strerror}")
 
 
 class DirectorySink:
@@ -68,7 +62,7 @@ class DirectorySink:
             except FileExistsError:
                 pass  # another worker made it meanwhile
             except OSError as exc:
-                raise _fatal_or_failure(exc, f"cannot create directory {'/'.join(parts)}") from None
+                raise fatal_or_failure(exc, f"cannot create directory {'/'.join(parts)}") from None
             fd = self._open_existing(parts, parent)
         except OSError as exc:
             raise self._not_a_directory(exc, parts) from None
@@ -89,25 +83,20 @@ class DirectorySink:
         where = "/".join(parts)
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             return SinkFailure(f"{where} is a symlink or a file, not a directory")
-        return _fatal_or_failure(exc, f"cannot open directory {where}")
+        return fatal_or_failure(exc, f"cannot open directory {where}")
 
     def begin_page(self, seq: int) -> Writer:
         return self.write
 
     def write(self, name: str, body: bytes, md5: str | None = None) -> None:
-        # Runs once per file: a name directly under DEST (the usual case) skips the path
-        # split, and a body taken by one write(2) (any small one) skips the memoryview loop.
-        if self.fanout or "/" in name:
-            parts = local_parts(name, self.fanout)
-            parent, leaf = self._directory(tuple(parts[:-1])), parts[-1]
-        else:
-            parent, leaf = self.dest_fd, name
+        # Runs once per file: a body taken by one write(2) (any small one) skips the
+        # memoryview loop.
         self.counter += 1
         temporary = self.prefix + str(self.counter)
         try:
             fd = os.open(temporary, _FILE_FLAGS, 0o644, dir_fd=self.tmp_fd)
         except OSError as exc:
-            raise _fatal_or_failure(
+            raise fatal_or_failure(
                 exc, f"cannot create a temporary file in {self.dest / TMP_DIR}") from None
         try:
             try:
@@ -118,12 +107,41 @@ class DirectorySink:
                         view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
+        except OSError as exc:
+            self._discard(temporary)
+            raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
+        self._publish(name, temporary)
+
+    def open_spool(self, name: str) -> FileSpool:
+        self.counter += 1
+        return FileSpool(self.tmp_fd, self.prefix + str(self.counter), str(self.dest / TMP_DIR))
+
+    def store_spool(self, seq: int, name: str, spool: FileSpool, size: int, md5: str) -> None:
+        try:
+            spool.close()
+        except OSError as exc:
+            spool.discard()
+            raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
+        self._publish(name, spool.name)
+
+    def _publish(self, name: str, temporary: str) -> None:
+        """Rename the complete file `temporary` into place as `name`, or remove it. A name
+        directly under DEST (the usual case) skips the path split."""
+        try:
+            if self.fanout or "/" in name:
+                parts = local_parts(name, self.fanout)
+                parent, leaf = self._directory(tuple(parts[:-1])), parts[-1]
+            else:
+                parent, leaf = self.dest_fd, name
             os.rename(temporary, leaf, src_dir_fd=self.tmp_fd, dst_dir_fd=parent)
         except OSError as exc:
             self._discard(temporary)
             if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
                 raise SinkFailure(f"a directory is in the way of {name}") from None
-            raise _fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
+            raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
+        except BaseException:  # a SinkFailure for the directories on the way
+            self._discard(temporary)
+            raise
 
     def _discard(self, temporary: str) -> None:
         with contextlib.suppress(OSError):

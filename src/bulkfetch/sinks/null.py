@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import Writer
+from bulkfetch.sinks.spool import NullSpool
 
 
 def _discard(name: str, body: bytes, md5: str | None) -> None:
@@ -13,6 +14,12 @@ def _discard(name: str, body: bytes, md5: str | None) -> None:
 class NullSink:
     def begin_page(self, seq: int) -> Writer:
         return _discard
+
+    def open_spool(self, name: str) -> NullSpool:
+        return NullSpool()
+
+    def store_spool(self, seq: int, name: str, spool: NullSpool, size: int, md5: str) -> None:
+        pass
 
     def end_page(self, report: PageReport) -> list[PageReport]:
         return [report]

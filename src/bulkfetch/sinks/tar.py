@@ -18,6 +18,7 @@ journal. index.recover() handles a run killed between any two of those steps.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import time
@@ -27,8 +28,10 @@ from typing import TYPE_CHECKING
 
 from bulkfetch import index
 from bulkfetch.models import PageReport
-from bulkfetch.sinks.base import SinkFatal, Writer
-from bulkfetch.sinks.ustar import END, new_packer
+from bulkfetch.sinks.base import SinkFatal, Writer, fatal_or_failure
+from bulkfetch.sinks.directory import TMP_DIR
+from bulkfetch.sinks.spool import FileSpool
+from bulkfetch.sinks.ustar import BLOCK, END, MAX_OCTAL_SIZE, header, long_header, new_packer
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -54,7 +57,8 @@ class _Shard:
                             "DEST") from None
         except OSError as exc:
             raise SinkFatal(f"cannot create {self.where}: {exc.strerror}") from None
-        self.packer = new_packer(self.fd, self.where, int(time.time()))
+        self.mtime = int(time.time())
+        self.packer = new_packer(self.fd, self.where, self.mtime)
         self.add = self.packer.add  # the page's writer: one call per stored file
         self.open_pages = 0
         self.held: list[PageReport] = []
@@ -66,6 +70,25 @@ class _Shard:
     @property
     def files(self) -> int:
         return len(self.packer.members) // 4
+
+    def add_spooled(self, name: str, spool: FileSpool, size: int, md5: str) -> None:
+        """Append the member `name` whose body is the spool's file: the same bytes as
+        packer.add() of that body, with the body copied file to file in the kernel."""
+        packer = self.packer
+        encoded = name.encode()
+        if len(encoded) == len(name) <= 100 and size <= MAX_OCTAL_SIZE:
+            packer.append(header(encoded, size, self.mtime))
+        else:
+            packer.append(long_header(name, size, self.mtime))
+        packer.flush()
+        data_at = packer.offset
+        try:
+            _copy_file(spool.fd, self.fd, size)
+        except OSError as exc:
+            raise SinkFatal(f"cannot write {self.where}: {exc.strerror}") from None
+        packer.advance(size)
+        packer.append(bytes(-size % BLOCK))
+        packer.members.extend((name, data_at, size, md5))
 
     def close(self, conn: sqlite3.Connection) -> list[PageReport]:
         """Make the shard durable and indexed; return the page reports it releases. If that
@@ -106,6 +129,28 @@ class _Shard:
         self.held.clear()
 
 
+def _copy_file(source: int, target: int, size: int) -> None:
+    """`size` bytes from the start of `source` to the position of `target`: by
+    copy_file_range(2) (no copy through user space), by sendfile(2) where that is refused
+    (another filesystem, an old kernel)."""
+    copied = 0
+    try:
+        while copied < size:
+            n = os.copy_file_range(source, target, size - copied, copied)
+            if n == 0:
+                raise OSError(0, f"the spooled file ended {size - copied} bytes early")
+            copied += n
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    while copied < size:
+        n = os.sendfile(target, source, copied, size - copied)
+        if n == 0:
+            raise OSError(0, f"the spooled file ended {size - copied} bytes early")
+        copied += n
+
+
 class TarSink:
     def __init__(self, dest: Path, worker: int, shard_files: int, shard_size: int) -> None:
         self.dest = Path(dest)
@@ -122,6 +167,8 @@ class TarSink:
         # wait: one thread does it, in order, while the transfers go on.
         self.closer: ThreadPoolExecutor | None = None
         self.closing: deque[Future[list[PageReport]]] = deque()
+        self.spool_dir_fd = -1  # DEST/.bulkfetch/tmp, opened at the first big body
+        self.spools = 0
 
     def _connection(self) -> sqlite3.Connection:
         if self.conn is None:
@@ -146,6 +193,24 @@ class TarSink:
         shard.open_pages += 1
         self.shard_of[seq] = shard
         return shard.add
+
+    def open_spool(self, name: str) -> FileSpool:
+        where = str(self.dest / TMP_DIR)
+        if self.spool_dir_fd < 0:
+            try:
+                self.spool_dir_fd = os.open(TMP_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                            | os.O_CLOEXEC, dir_fd=self.dest_fd)
+            except OSError as exc:
+                raise fatal_or_failure(exc, f"cannot open {where}") from None
+        self.spools += 1
+        return FileSpool(self.spool_dir_fd, f"tar-w{self.worker}-{os.getpid()}-{self.spools}",
+                         where)
+
+    def store_spool(self, seq: int, name: str, spool: FileSpool, size: int, md5: str) -> None:
+        try:
+            self.shard_of[seq].add_spooled(name, spool, size, md5)
+        finally:
+            spool.discard()
 
     def end_page(self, report: PageReport) -> list[PageReport]:
         shard = self.shard_of.pop(report.seq)
@@ -222,5 +287,8 @@ class TarSink:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+        if self.spool_dir_fd >= 0:
+            os.close(self.spool_dir_fd)
+            self.spool_dir_fd = -1
         os.close(self.dest_fd)
 

@@ -57,6 +57,11 @@ class Packer(Protocol):
         """Write out what is buffered."""
         ...
 
+    def advance(self, n: int) -> None:
+        """`n` bytes were written to the file by the caller right after flush() (a spooled
+        body copied in by the kernel): the offset moves past them."""
+        ...
+
     def release(self) -> None:
         """Drop the buffer and the members (the shard is closed or discarded)."""
         ...
@@ -191,6 +196,12 @@ class PyPacker:
         self.buffer.clear()
         self.flushed = self.offset
         _write_all(self.fd, data, self.where)
+
+    def advance(self, n: int) -> None:
+        if n < 0 or self.buffer:
+            raise ValueError("advance(n): n must be >= 0 and the buffer flushed first")
+        self.offset += n
+        self.flushed = self.offset
 
     def release(self) -> None:
         self.buffer.clear()

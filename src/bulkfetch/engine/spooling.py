@@ -1,0 +1,92 @@
+"""A body too big to hold in memory, streamed into the sink's spool as it arrives.
+
+Small bodies are collected in memory by the cheapest callback there is (list.append, one
+call per file). libcurl's MAXFILESIZE stops a transfer whose body turns out to be larger
+than --spool-above (by its Content-Length, or once that many bytes arrived), and the fetcher
+starts it again as a SpooledBody: its write callback hashes each chunk and writes it to
+the spool, so a run's memory never depends on file sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import pycurl
+
+from bulkfetch.engine.digests import final_headers, final_status, stated_digests, strongest
+from bulkfetch.sinks.base import SinkFailure, SinkFatal, Spool
+
+# libcurl's read buffer for a spooled transfer: fewer, larger chunks through Python. The
+# small-file handles keep libcurl's default (16 KiB), which costs memory per handle.
+SPOOL_BUFFER = 256 << 10
+DEFAULT_BUFFER = 16 << 10
+
+
+@dataclass(slots=True, eq=False)
+class SpooledBody:
+    """One attempt at a big body: where it goes, what it hashes to, why it stopped."""
+
+    transfer: Any  # the fetcher's transfer tuple (page state, name, url, attempt)
+    spool: Spool
+    handle: pycurl.Curl
+    lines: list[bytes]  # the handle's raw header lines
+    md5: Any = field(default_factory=hashlib.md5)
+    other: Any = None  # a hasher for the strongest non-MD5 digest the server states
+    expected_other: bytes | None = None
+    size: int = 0
+    status: int = 0  # the HTTP status, read at the first chunk
+    error: SinkFailure | SinkFatal | None = None  # the sink refused a chunk
+    started: bool = False
+
+    def write(self, data: bytes) -> int | None:
+        """libcurl's write callback. Returning 0 stops the transfer (CURLE_WRITE_ERROR):
+        for a status other than 200 (its body is not the file) and for a sink error."""
+        if not self.started:
+            self.started = True
+            # (getinfo() is refused inside a callback: the status comes from the lines)
+            self.status = final_status(self.lines)
+            if self.status != 200:
+                return 0
+            other = strongest(stated_digests(final_headers(self.lines)))
+            if other is not None:
+                self.other = hashlib.new(other[0])
+                self.expected_other = other[1]
+        try:
+            self.spool.write(data)
+        except (SinkFailure, SinkFatal) as exc:
+            self.error = exc
+            return 0
+        self.md5.update(data)
+        if self.other is not None:
+            self.other.update(data)
+        self.size += len(data)
+        return None
+
+    def mismatch(self, announced: float, verify: bool) -> str | None:
+        """Why the complete body is not the file the server meant, or None."""
+        if announced >= 0 and announced != self.size:
+            return f"body of {self.size} bytes, Content-Length {int(announced)}"
+        if not verify:
+            return None
+        stated = stated_digests(final_headers(self.lines))
+        md5 = stated.get("md5")
+        if md5 is not None and md5 != self.md5.digest():
+            return "MD5 of the body does not match the server's ETag/Content-MD5/Repr-Digest"
+        if self.other is not None and self.other.digest() != self.expected_other:
+            return f"{self.other.name.upper()} of the body does not match the server's Repr-Digest"
+        return None
+
+
+def prepare(handle: pycurl.Curl, body: SpooledBody) -> None:
+    handle.setopt(pycurl.WRITEFUNCTION, body.write)
+    handle.setopt(pycurl.MAXFILESIZE_LARGE, 0)  # no limit
+    handle.setopt(pycurl.BUFFERSIZE, SPOOL_BUFFER)
+
+
+def restore(handle: pycurl.Curl, chunks: list[bytes], spool_above: int) -> None:
+    """Back to a small-file handle."""
+    handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+    handle.setopt(pycurl.MAXFILESIZE_LARGE, spool_above)
+    handle.setopt(pycurl.BUFFERSIZE, DEFAULT_BUFFER)

@@ -1,0 +1,156 @@
+"""Big bodies end to end: the real CLI against the reference server and a small server of
+our own on loopback. Bodies above --spool-above stream to disk (dir, tar) or to nothing
+(null), verified on the way, under server faults, in memory that does not grow with them."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import json
+import subprocess
+import sys
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from getkit import assert_complete, assert_state_clean, get
+
+from bulkfetch.bench.harness import run_measured
+from bulkfetch.server.dataset import SyntheticDataSet
+from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.testing import ReferenceServer
+
+SIZES = "lognormal:40k:1.5:3m"
+FILES = 40
+FAULTS = ("--fail-rate", "0.05", "--truncate-rate", "0.05", "--corrupt-rate", "0.05",
+          "--reset-rate", "0.05")
+
+
+def expected(files: int, size: str) -> dict[str, str]:
+    data = SyntheticDataSet(files, 1000, 0, parse_size_spec(size))
+    return {data.name(i): hashlib.md5(data.body(i)).hexdigest() for i in range(files)}
+
+
+@pytest.fixture(scope="module")
+def faulty() -> Iterator[ReferenceServer]:
+    with ReferenceServer("--files", str(FILES), "--file-size", SIZES, "--page-size", "10",
+                         *FAULTS) as server:
+        yield server
+
+
+def test_mixed_sizes_under_faults_into_a_directory(faulty: ReferenceServer,
+                                                   tmp_path: Path) -> None:
+    want = expected(FILES, SIZES)
+    data = SyntheticDataSet(FILES, 1000, 0, parse_size_spec(SIZES))
+    assert sum(data.size(i) > 64 << 10 for i in range(FILES)) >= 10  # both paths are taken
+    proc, report = get(faulty.url, tmp_path / "d", tmp_path / "r.json", "--spool-above", "64k",
+                       "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert report["files_ok"] == FILES and report["retries"] > 0
+    assert_complete(tmp_path / "d", want)
+
+
+def test_mixed_sizes_under_faults_into_tar_shards(faulty: ReferenceServer,
+                                                  tmp_path: Path) -> None:
+    want = expected(FILES, SIZES)
+    dest = tmp_path / "t"
+    proc, _ = get(faulty.url, dest, tmp_path / "r.json", "--spool-above", "64k",
+                  "--sink", "tar", "--shard-files", "15", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    got: dict[str, str] = {}
+    for shard in dest.glob("*.tar"):
+        with tarfile.open(shard) as archive:
+            for member in archive:
+                got[member.name] = hashlib.md5(archive.extractfile(member).read()).hexdigest()
+    assert got == want
+    assert_state_clean(dest)
+
+
+def test_every_body_streams_with_spool_above_0_even_into_null(faulty: ReferenceServer,
+                                                            tmp_path: Path) -> None:
+    proc, report = get(faulty.url, tmp_path / "n", tmp_path / "r.json", "--spool-above", "0",
+                       "--sink", "null", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert report["files_ok"] == FILES
+    assert report["bytes"] == sum(SyntheticDataSet(FILES, 1000, 0, parse_size_spec(SIZES)).size(i)
+                                  for i in range(FILES))
+
+
+def test_memory_does_not_grow_with_the_size_of_the_bodies(tmp_path: Path) -> None:
+    """Two bodies of 96 MiB with one worker: held in memory they would need 192 MiB or more
+    (each collected, then joined); streamed, the client stays near its usual size."""
+    with ReferenceServer("--files", "2", "--file-size", "96m") as server:
+        run = run_measured([sys.executable, "-m", "bulkfetch", "get", server.url,
+                            str(tmp_path / "d"), "-w", "1", "--quiet"], timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert_complete(tmp_path / "d", expected(2, "96m"))
+    assert run.peak_rss < 150 << 20, f"peak RSS {run.peak_rss >> 20} MiB"
+
+
+BIG = bytes(range(256)) * 8192  # 2 MiB
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """/good: a body with its Repr-Digest; /lying: a Repr-Digest of other bytes; /missing: a
+    big 404 page. None of them sends an ETag, so only the Repr-Digest can vouch."""
+
+    def do_GET(self) -> None:  # the name http.server calls
+        status, digest = {"/good": (200, hashlib.sha256(BIG).digest()),
+                          "/lying": (200, hashlib.sha256(b"other").digest()),
+                          "/missing": (404, b"")}.get(self.path, (404, b""))
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(BIG)))
+        if digest:
+            self.send_header("Repr-Digest", f"sha-256=:{base64.b64encode(digest).decode()}:")
+        self.end_headers()
+        self.wfile.write(BIG)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def digest_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("sink", ["dir", "tar"])
+def test_repr_digest_is_checked_and_error_bodies_are_never_stored(
+        digest_server: str, tmp_path: Path, sink: str) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("".join(f"{digest_server}/{name}\n" for name in ("good", "lying", "missing")))
+    dest = tmp_path / "d"
+    proc, report = get_from_file(urls, dest, tmp_path / "r.json", "--sink", sink,
+                                 "--retries", "1", "--spool-above", "1k")
+    assert proc.returncode == 1, proc.stderr
+    reasons = {failure["name"]: failure["reason"] for failure in report["failures"]}
+    assert reasons == {
+        "lying": "SHA256 of the body does not match the server's Repr-Digest",
+        "missing": "HTTP 404",
+    }
+    assert report["files_ok"] == 1
+    if sink == "dir":
+        assert (dest / "good").read_bytes() == BIG
+        assert not (dest / "lying").exists() and not (dest / "missing").exists()
+    else:
+        (shard,) = dest.glob("*.tar")
+        with tarfile.open(shard) as archive:
+            assert [(m.name, archive.extractfile(m).read()) for m in archive] == [("good", BIG)]
+    assert_state_clean(dest)
+
+
+def get_from_file(urls: Path, dest: Path, report: Path,
+                  *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    proc = subprocess.run([sys.executable, "-m", "bulkfetch", "get", "--from-file", str(urls),
+                           str(dest), "--report", str(report), "--quiet", *extra],
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc, json.loads(report.read_text())

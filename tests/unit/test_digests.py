@@ -1,0 +1,121 @@
+"""Which digests a server states (ETag, Content-MD5, Repr-Digest, Digest), read from the
+final response only, and how a spooled body is judged against them."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import pytest
+
+from bulkfetch.engine.digests import final_headers, final_status, stated_digests, strongest
+from bulkfetch.engine.spooling import SpooledBody
+from bulkfetch.sinks.spool import NullSpool
+
+BODY = b"0123456789" * 1000
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def lines(*headers: str, status: str = "HTTP/1.1 200 OK") -> list[bytes]:
+    return [f"{status}\r\n".encode(), *(f"{h}\r\n".encode() for h in headers), b"\r\n"]
+
+
+def test_only_the_final_response_counts_after_a_redirect() -> None:
+    raw = [*lines("Location: /b", "ETag: \"" + "a" * 32 + '"', status="HTTP/1.1 302 Found"),
+           *lines("Content-Length: 5")]
+    assert final_status(raw) == 200
+    assert final_headers(raw) == {"content-length": "5"}
+    assert stated_digests(final_headers(raw)) == {}
+
+
+def test_final_status_of_nothing_and_of_a_garbled_line() -> None:
+    assert final_status([]) == 0
+    assert final_status([b"HTTP/1.1 abc\r\n"]) == 0
+    assert final_status(lines(status="HTTP/2 404")) == 404
+
+
+def test_repr_digest_first_then_digest_then_content_md5_then_etag() -> None:
+    sha = hashlib.sha256(BODY).digest()
+    md5 = hashlib.md5(BODY).digest()
+    headers = final_headers(lines(f"Repr-Digest: sha-256=:{b64(sha)}:, md5=:{b64(md5)}:",
+                                  'ETag: "' + "0" * 32 + '"'))
+    assert stated_digests(headers) == {"sha256": sha, "md5": md5}
+    legacy = final_headers(lines(f"Digest: SHA-256={b64(sha)}", f"Content-MD5: {b64(md5)}"))
+    assert stated_digests(legacy) == {"sha256": sha, "md5": md5}
+    etag = final_headers(lines(f'ETag: "{md5.hex()}"'))
+    assert stated_digests(etag) == {"md5": md5}
+
+
+@pytest.mark.parametrize("header", [
+    'ETag: W/"' + "a" * 32 + '"',  # weak
+    'ETag: "5f3e-1a2b"',  # nginx's mtime-size
+    "Repr-Digest: sha-256=:not base64!:",
+    "Repr-Digest: crc32=:AAAAAA==:",  # not one we check
+    "Content-MD5: %%%",
+])
+def test_what_is_not_a_usable_digest_is_ignored(header: str) -> None:
+    assert stated_digests(final_headers(lines(header))) == {}
+
+
+def test_repeated_repr_digest_headers_are_one_list() -> None:
+    sha256, sha512 = hashlib.sha256(BODY).digest(), hashlib.sha512(BODY).digest()
+    headers = final_headers(lines(f"Repr-Digest: sha-256=:{b64(sha256)}:",
+                                  f"Repr-Digest: sha-512=:{b64(sha512)}:"))
+    found = stated_digests(headers)
+    assert found == {"sha256": sha256, "sha512": sha512}
+    assert strongest(found) == ("sha512", sha512)
+    assert strongest({"md5": b"x"}) is None
+
+
+class _Handle:
+    """Stands in for a pycurl handle: SpooledBody reads nothing from it but identity."""
+
+
+def spooled(raw: list[bytes]) -> SpooledBody:
+    return SpooledBody(transfer=None, spool=NullSpool(), handle=_Handle(), lines=raw)
+
+
+def feed(body: SpooledBody, data: bytes) -> list[int | None]:
+    return [body.write(data[at : at + 4096]) for at in range(0, len(data), 4096)]
+
+
+def test_a_body_matching_its_repr_digest_passes_and_a_wrong_one_fails() -> None:
+    right = spooled(lines(f"Repr-Digest: sha-256=:{b64(hashlib.sha256(BODY).digest())}:"))
+    assert set(feed(right, BODY)) == {None}
+    assert right.size == len(BODY)
+    assert right.mismatch(len(BODY), verify=True) is None
+    wrong = spooled(lines(f"Repr-Digest: sha-256=:{b64(hashlib.sha256(b'x').digest())}:"))
+    feed(wrong, BODY)
+    assert "SHA256" in (wrong.mismatch(len(BODY), verify=True) or "")
+    assert wrong.mismatch(len(BODY), verify=False) is None  # --no-verify
+
+
+def test_an_md5_etag_that_does_not_match_fails_and_a_short_body_fails() -> None:
+    body = spooled(lines('ETag: "' + "f" * 32 + '"'))
+    feed(body, BODY)
+    assert "MD5" in (body.mismatch(len(BODY), verify=True) or "")
+    short = spooled(lines())
+    feed(short, BODY[:-1])
+    assert short.mismatch(len(BODY), verify=True) == (
+        f"body of {len(BODY) - 1} bytes, Content-Length {len(BODY)}")
+    assert short.md5.hexdigest() == hashlib.md5(BODY[:-1]).hexdigest()
+
+
+def test_a_status_other_than_200_stops_the_body_before_it_is_written() -> None:
+    class Counting(NullSpool):
+        __slots__ = ("chunks",)
+
+        def __init__(self) -> None:
+            self.chunks = 0
+
+        def write(self, data: bytes) -> None:
+            self.chunks += 1
+
+    spool = Counting()
+    body = SpooledBody(transfer=None, spool=spool, handle=_Handle(),
+                       lines=lines(status="HTTP/1.1 503 Service Unavailable"))
+    assert body.write(b"error page") == 0
+    assert (body.status, spool.chunks, body.size) == (503, 0, 0)
