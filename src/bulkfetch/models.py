@@ -48,6 +48,16 @@ class PageReport:
     failures: tuple[Failure, ...] = ()
 
 
+# A big file in flight: (name, bytes so far, total bytes or -1 when the server said none).
+InFlight = tuple[str, int, int]
+SHOWN_IN_FLIGHT = 5  # big files in flight a tick names, and the display shows
+
+
+def largest_first(entry: InFlight) -> tuple[int, str]:
+    """Sort key: the largest file (by total, or by bytes so far) first."""
+    return -max(entry[1], entry[2]), entry[0]
+
+
 @dataclass(frozen=True, slots=True)
 class Tick:
     """A worker's cumulative counters, sent about every 100 ms."""
@@ -58,6 +68,8 @@ class Tick:
     bytes: int = 0
     retries: int = 0
     in_flight: int = 0
+    partial_bytes: int = 0  # bytes of the big bodies in flight (not yet in `bytes`)
+    largest: tuple[InFlight, ...] = ()  # the worker's largest big files in flight
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,13 @@ class Progress:
     elapsed_s: float = 0.0
     resumed_files: int = 0  # done in earlier runs of the same journal (not in the rates)
     resumed_bytes: int = 0  # their bytes (included in `bytes`, not in the rates)
+    partial_bytes: int = 0  # bytes of the big bodies in flight, not yet stored
+    largest: tuple[InFlight, ...] = ()  # the largest big files in flight, largest first
+
+    @property
+    def moving_bytes(self) -> int:
+        """Bytes stored plus bytes of big bodies on their way: what byte rates count."""
+        return self.bytes + self.partial_bytes
 
 
 @dataclass

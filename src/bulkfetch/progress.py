@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 
 from rich.filesize import decimal
 
-from bulkfetch.models import Progress
+from bulkfetch.models import InFlight, Progress
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -167,7 +167,49 @@ def _go_by(now: tuple[float, float, float] | None,
 
 
 def _rate(bytes_per_s: float) -> str:
-    return decimal(int(bytes_per_s)) + "/s"
+    return decimal(max(int(bytes_per_s), 0)) + "/s"
+
+
+# Bytes lead the rates when big files are in flight or the average file is this big.
+BYTES_LEAD_AT = 1 << 20
+
+
+def _bytes_lead(p: Progress) -> bool:
+    ok = _ok_now(p)
+    return bool(p.largest) or (ok > 0 and _bytes_now(p) / ok >= BYTES_LEAD_AT)
+
+
+class FileRates:
+    """Each big file's rate since the display first saw it (or since it restarted from a
+    lower byte count, as a retry does). Replaced whole at each update: a reader on another
+    thread sees one consistent dict."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def update(self, t: float, largest: tuple[InFlight, ...]) -> None:
+        seen = self._seen
+        fresh = {}
+        for name, done, _ in largest:
+            first = seen.get(name)
+            # the clock starts with the first bytes (a server may think before it sends)
+            keep = first is not None and 0 < first[1] <= done
+            fresh[name] = first if keep else (t, done)
+        self._seen = fresh
+
+    def rate(self, t: float, name: str, done: int) -> float | None:
+        first = self._seen.get(name)
+        if first is None or t - first[0] < 0.5:
+            return None
+        return (done - first[1]) / (t - first[0])
+
+
+def _of_total(done: int, total: int) -> str:
+    if total < 0:
+        return decimal(done)
+    return f"{decimal(done)} / {decimal(total)}"
 
 
 # -- plain ----------------------------------------------------------------------------------
@@ -194,7 +236,7 @@ class PlainDisplay:
         t = self._clock()
         self._last = progress
         self._window.add(t, progress.files_ok + progress.files_failed, progress.files_ok,
-                         progress.bytes)
+                         progress.moving_bytes)
         if self._next is None:  # update() before start(): start now
             self._next = t + self._interval
         elif t >= self._next:
@@ -241,6 +283,11 @@ class PlainDisplay:
         if not final and p.total_files is not None:
             eta = _eta_s(p, _go_by(now, avg))
             parts.append(f" ETA {hms(eta) if eta is not None else '--:--:--'}")
+        if not final and p.largest:
+            name, done, total = p.largest[0]
+            share = f" {100 * done / total:.0f}%" if total > 0 else ""
+            more = f" (+{len(p.largest) - 1} more)" if len(p.largest) > 1 else ""
+            parts.append(f" largest in flight: {name}{share} {_of_total(done, total)}{more}")
         return " ".join(parts)
 
     def _write(self, line: str) -> None:
@@ -269,6 +316,7 @@ class RichDisplay:
         self.console = console if console is not None else Console(stderr=True)
         self._clock = clock
         self._window = RateWindow()
+        self._files = FileRates()
         self._progress = Progress()
         # No stdout/stderr redirection: worker processes are forked while the display runs,
         # and a child writing through rich's proxy could block on a lock copied held.
@@ -284,8 +332,10 @@ class RichDisplay:
 
     def update(self, progress: Progress) -> None:
         self._progress = progress  # one reference swap: the refresh thread reads a snapshot
-        self._window.add(self._clock(), progress.files_ok + progress.files_failed,
-                         progress.files_ok, progress.bytes)
+        t = self._clock()
+        self._window.add(t, progress.files_ok + progress.files_failed, progress.files_ok,
+                         progress.moving_bytes)
+        self._files.update(t, progress.largest)
 
     def stop(self) -> None:
         if self._started:
@@ -337,15 +387,44 @@ class RichDisplay:
         files.append("   ")
         files.append(decimal(_bytes_now(p)), style="bold")
         body.add_row(Text("files", style="dim"), files)
-        body.add_row(Text("rate", style="dim"), Text.assemble(
-            (f"{now[1]:,.0f}" if now is not None else "-", "bold"), " files/s now · ",
-            f"{avg[1]:,.0f} avg   ",
-            (_rate(now[2]) if now is not None else "-", "bold"), " now · ",
-            f"{_rate(avg[2])} avg"))
+        files_rate = ((f"{now[1]:,.0f}" if now is not None else "-", "bold"),
+                      " files/s now · ", f"{avg[1]:,.0f} avg")
+        bytes_rate = ((_rate(now[2]) if now is not None else "-", "bold"), " now · ",
+                      f"{_rate(avg[2])} avg")
+        if _bytes_lead(p):
+            body.add_row(Text("rate", style="dim"),
+                         Text.assemble(*bytes_rate, "   ", *files_rate))
+        else:
+            body.add_row(Text("rate", style="dim"),
+                         Text.assemble(*files_rate, "   ", *bytes_rate))
         listing = (Text("listed", style="green") if p.listing_done
                    else Text("listing…", style="cyan"))
         body.add_row(Text("work", style="dim"), Text.assemble(
             "pages ", (f"{p.pages_listed:,}", "bold"), " ", listing,
             f" · {p.pages_done:,} done · in flight ", (f"{p.in_flight:,}", "bold"),
             " · retries ", (f"{p.retries:,}", "bold yellow" if p.retries else "bold")))
+        if p.largest:
+            body.add_row(Text("big", style="dim"), self._largest(p.largest))
         return body
+
+    def _largest(self, largest: tuple[InFlight, ...]) -> RenderableType:
+        """A bar per big file in flight, like a container pull shows its layers."""
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        t = self._clock()
+        rows = Table.grid(padding=(0, 1))
+        rows.add_column(no_wrap=True, overflow="ellipsis", max_width=32)
+        rows.add_column(width=24, no_wrap=True)
+        rows.add_column(no_wrap=True)
+        for name, done, total in largest:
+            rate = self._files.rate(t, name, done)
+            eta = (total - done) / rate if rate and total > 0 else None
+            rows.add_row(
+                Text(name, style="bold"),
+                ProgressBar(total=total if total > 0 else None, completed=done, width=24),
+                Text.assemble(_of_total(done, total), "  ",
+                              (_rate(rate) if rate is not None else "-", "bold"),
+                              ("  ETA ", "dim"), hms(eta) if eta is not None else "--:--:--"))
+        return rows

@@ -270,3 +270,45 @@ def test_hms() -> None:
     assert hms(65.9) == "00:01:05"
     assert hms(360_000) == "100:00:00"
     assert hms(-3) == "00:00:00"
+
+
+# -- big files in flight ----------------------------------------------------------------------
+
+
+def big_progress(t: float) -> Progress:
+    """Two big files in flight, one growing 10 MB/s (1 GB in all), one of unknown size."""
+    done = int(10_000_000 * t)
+    return Progress(files_ok=3, bytes=3_000_000_000, elapsed_s=t, partial_bytes=done + 5_000,
+                    largest=(("layer-a.tar", done, 1_000_000_000), ("stream.bin", 5_000, -1)))
+
+
+def test_rich_shows_a_bar_per_big_file_and_bytes_lead_the_rates() -> None:
+    console = Console(file=StringIO(), width=140)
+    clock = FakeClock()
+    display = RichDisplay(console, clock=clock)
+    drive(display, clock, 10.0, make=lambda t: big_progress(t))
+    console.print(display.render())
+    text = ANSI.sub("", console.file.getvalue())  # type: ignore[attr-defined]
+    rate_line = next(line for line in text.splitlines() if "rate" in line)
+    assert rate_line.index("MB/s now") < rate_line.index("files/s now")  # bytes first
+    assert "10.0 MB/s now" in rate_line  # partial bytes move the rate
+    layer = next(line for line in text.splitlines() if "layer-a.tar" in line)
+    assert "100.0 MB / 1.0 GB" in layer and "10.0 MB/s" in layer and "ETA 00:01:30" in layer
+    assert "5.0 kB" in next(line for line in text.splitlines() if "stream.bin" in line)
+
+
+def test_plain_names_the_largest_file_in_flight() -> None:
+    out = StringIO()
+    clock = FakeClock()
+    display = PlainDisplay(out, interval_s=5.0, clock=clock)
+    display.start()
+    drive(display, clock, 5.0, make=lambda t: big_progress(t))
+    line = out.getvalue().splitlines()[0]
+    assert "largest in flight: layer-a.tar 5% 50.0 MB / 1.0 GB (+1 more)" in line
+
+
+def test_small_files_keep_files_per_second_first() -> None:
+    text = rich_output(steady(10.0))
+    rate_line = next(line for line in text.splitlines() if "rate" in line)
+    assert rate_line.index("files/s now") < rate_line.index("B/s now")
+    assert "big" not in text

@@ -27,7 +27,7 @@ from bulkfetch.engine.curl import (
     retry_after_seconds,
     retryable_status,
 )
-from bulkfetch.models import Failure, Page, PageReport, Tick
+from bulkfetch.models import SHOWN_IN_FLIGHT, Failure, Page, PageReport, Tick, largest_first
 from bulkfetch.names import check_name
 from bulkfetch.sinks.base import Sink, SinkFailure, SinkFatal, Writer
 from bulkfetch.sources.base import Source
@@ -393,9 +393,15 @@ class Fetcher:
     # -- reporting and stopping ----------------------------------------------------------
     def tick(self) -> Tick:
         live = self.live
+        partial, largest = 0, ()
+        if self.spooling:
+            bodies = self.spooling.values()
+            partial = sum(body.size for body in bodies)
+            largest = tuple(sorted(((body.transfer[1], body.size, body.total) for body in bodies),
+                                   key=largest_first)[:SHOWN_IN_FLIGHT])
         return Tick(self.worker, self.files_ok + sum(state.ok for state in live),
                     self.files_failed, self.bytes + sum(state.bytes for state in live),
-                    self.retries, self.in_flight)
+                    self.retries, self.in_flight, partial, largest)
 
     @property
     def in_flight(self) -> int:

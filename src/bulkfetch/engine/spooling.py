@@ -36,6 +36,7 @@ class SpooledBody:
     other: Any = None  # a hasher for the strongest non-MD5 digest the server states
     expected_other: bytes | None = None
     size: int = 0
+    total: int = -1  # the Content-Length, read at the first chunk (-1: none)
     status: int = 0  # the HTTP status, read at the first chunk
     error: SinkFailure | SinkFatal | None = None  # the sink refused a chunk
     started: bool = False
@@ -49,7 +50,10 @@ class SpooledBody:
             self.status = final_status(self.lines)
             if self.status != 200:
                 return 0
-            other = strongest(stated_digests(final_headers(self.lines)))
+            headers = final_headers(self.lines)
+            length = headers.get("content-length", "")
+            self.total = int(length) if length.isdigit() else -1
+            other = strongest(stated_digests(headers))
             if other is not None:
                 self.other = hashlib.new(other[0])
                 self.expected_other = other[1]

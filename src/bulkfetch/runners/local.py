@@ -26,7 +26,15 @@ from bulkfetch.engine.lister import Listed, Lister, ListingFailed, ListingFinish
 from bulkfetch.engine.worker import worker_main
 from bulkfetch.errors import BulkfetchError, JournalIOError, UsageError
 from bulkfetch.journal import Journal, Totals
-from bulkfetch.models import Page, PageReport, Progress, Report, Tick
+from bulkfetch.models import (
+    SHOWN_IN_FLIGHT,
+    Page,
+    PageReport,
+    Progress,
+    Report,
+    Tick,
+    largest_first,
+)
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sources import make_source
 
@@ -214,6 +222,9 @@ class _Coordinator:
             bytes=self.resumed_bytes + sum(t.bytes for t in ticks),
             retries=sum(t.retries for t in ticks),
             in_flight=sum(t.in_flight for t in ticks),
+            partial_bytes=sum(t.partial_bytes for t in ticks),
+            largest=tuple(sorted((entry for t in ticks for entry in t.largest),
+                                 key=largest_first)[:SHOWN_IN_FLIGHT]),
             pages_listed=self.pages_listed,
             pages_done=self.pages_done,
             listing_done=self.listing_done,
