@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
@@ -127,6 +128,27 @@ def parse_range(value: str, size: int) -> tuple[int, int] | Literal[False] | Non
     return (start, min(stop, size))
 
 
+def repr_digest(sha256: bytes) -> str:
+    """The Repr-Digest field value (RFC 9530) for a SHA-256: a structured-field dictionary
+    whose byte-sequence member is base64 between colons."""
+    return "sha-256=:" + base64.b64encode(sha256).decode("ascii") + ":"
+
+
+def shifted_range(start: int, stop: int, size: int) -> tuple[int, int]:
+    """--wrong-content-range: the range sent instead of [start, stop) of a `size`-byte body.
+    The next range of the same length (cut at the end of the body); for a range that ends the
+    body, the one before it; for the whole body, bytes 1 to the end. Only the single byte of
+    a 1-byte body has no other range, and is sent as asked."""
+    length = stop - start
+    if stop < size:
+        return stop, min(size, stop + length)
+    if start > 0:
+        return max(0, start - length), start
+    if size > 1:
+        return 1, size
+    return start, stop
+
+
 def _etag_matches(header: str, etag: str) -> bool:
     if header.strip() == "*":
         return True
@@ -140,8 +162,14 @@ class App:
         faults: FaultPlan | None = None,
         show_total: bool = True,
         port: int = 0,
+        digest_header: bool = False,
+        ignore_ranges: bool = False,
+        wrong_content_range: bool = False,
     ) -> None:
         self.dataset = dataset
+        self.digest_header = digest_header  # Repr-Digest on file answers (200, 206, HEAD)
+        self.ignore_ranges = ignore_ranges  # Range is never honoured: 200, the whole body
+        self.wrong_content_range = wrong_content_range  # 206s of another range (shifted_range)
         self.tokens = TokenCodec(dataset.identity)
         self.faults = faults
         self.show_total = show_total
@@ -272,12 +300,15 @@ class App:
         entry = self.dataset.lookup(name)
         if entry is None:
             return Response(404, [("Content-Type", JSON)], NOT_FOUND_BODY)
+        # SHA-256 first: a large body's MD5 (the ETag) comes along in the same pass
+        sha256 = entry.sha256() if self.digest_header else None
         etag = entry.etag()
         common = [("ETag", etag), ("Last-Modified", http_date(entry.last_modified))]
         if _not_modified(headers, etag, entry.last_modified):
             return Response(304, common)
         start, stop, status = 0, entry.size, 200
-        range_header = headers.get("range")
+        # --ignore-ranges still advertises Accept-Ranges: bytes below, luring clients into it
+        range_header = None if self.ignore_ranges else headers.get("range")
         # If-Range takes one validator, compared strongly (RFC 9110 13.1.5): no W/, *, lists
         if range_header is not None and headers.get("if-range", etag).strip() == etag:
             chosen = parse_range(range_header, entry.size)
@@ -287,9 +318,13 @@ class App:
                 )
             if chosen is not None:
                 start, stop = chosen
+                if self.wrong_content_range:
+                    start, stop = shifted_range(start, stop, entry.size)
                 status = 206
                 common.append(("Content-Range", f"bytes {start}-{stop - 1}/{entry.size}"))
         out = [("Content-Type", "application/octet-stream"), ("Accept-Ranges", "bytes"), *common]
+        if sha256 is not None:  # of the whole representation, on a 206 too
+            out.append(("Repr-Digest", repr_digest(sha256)))
         if method == "HEAD":
             return Response(status, out, length=stop - start)
         return _body_response(status, out, entry, start, stop)

@@ -74,6 +74,27 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
               metavar="[KINDS]",
               help="Break pagination: comma list of empty, repeat, content-type, malformed, "
                    "loop (default with no value: all; pages 1, 1, 2, 3 and the last).")
+@click.option("--digest-header", is_flag=True,
+              help="Send 'Repr-Digest: sha-256=:BASE64:' (RFC 9530) with every file answer "
+                   "(GET and HEAD, 200 and 206): the SHA-256 of the whole body, on a 206 too. "
+                   "Computed with the ETag's MD5 in one pass and cached.")
+@click.option("--bandwidth-per-connection", "bandwidth", default=None, metavar="RATE",
+              help="Send each connection's body bytes at no more than RATE bytes/s (k/m/g "
+                   "suffixes, binary: 40m); N connections get N x RATE, as splitting a file "
+                   "into ranges does against a real server. 0 or unset: no limit.")
+@click.option("--ignore-ranges", is_flag=True,
+              help="Hostile: answer every ranged GET with 200 and the whole body (no 206, no "
+                   "416, If-Range ignored), while still sending 'Accept-Ranges: bytes' to lure "
+                   "clients into splitting.")
+@click.option("--wrong-content-range", is_flag=True,
+              help="Hostile: answer a ranged GET with a 206 of a different range, labelled "
+                   "truthfully in Content-Range: the next range of the same length (for one "
+                   "that ends the file, the one before it; for the whole file, bytes 1-end). "
+                   "A client that does not check Content-Range stores wrong bytes.")
+@click.option("--etag-salt", default="", metavar="TEXT",
+              help="Mix TEXT into every synthetic file's body, ETag and Last-Modified: restart "
+                   "with another TEXT and every file has changed (names and list tokens stay); "
+                   "If-Range with an old ETag gets 200 and the new body. Not with --root.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="Port to listen on; 0 picks a free one.")
@@ -91,8 +112,10 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
           reset_rate: float, stall_rate: float, trickle_rate: float, trickle_interval: float,
           overlong_rate: float, redirect_rate: float, redirect_to: str, encoding_rate: float,
           deny_rate: float, huge_page: int | None, hostile_names: bool,
-          bad_pages: str | None, host: str, port: int, processes: int | None,
-          access_log: str | None, export_static: str | None) -> None:
+          bad_pages: str | None, digest_header: bool, bandwidth: str | None,
+          ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, host: str,
+          port: int, processes: int | None, access_log: str | None,
+          export_static: str | None) -> None:
     """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME.
 
     The first line on stdout is 'serving http://HOST:PORT ...'. Stop it with Ctrl-C.
@@ -102,7 +125,7 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
     from bulkfetch.server.options import ServeOptions
     from bulkfetch.server.runner import is_loopback
     from bulkfetch.server.runner import serve as run_server
-    from bulkfetch.server.sizes import parse_size_spec
+    from bulkfetch.server.sizes import parse_bytes, parse_size_spec
 
     kinds: frozenset[str] = frozenset()
     if bad_pages is not None:
@@ -141,6 +164,11 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
             port=port,
             processes=processes or os.cpu_count() or 1,
             access_log=access_log,
+            digest_header=digest_header,
+            bandwidth_per_connection=parse_bytes(bandwidth) if bandwidth else 0,
+            ignore_ranges=ignore_ranges,
+            wrong_content_range=wrong_content_range,
+            etag_salt=etag_salt,
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from None

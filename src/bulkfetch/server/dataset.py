@@ -9,13 +9,24 @@ bodies are pure functions of (seed, index), so anyone can verify a file on their
     size(i)     = the --file-size spec drawn with unit = int.from_bytes(H(i)[8:16]) / 2**64
     body(i)     = concatenation over chunks k = 0, 1, ... of
                   shake_128(f"bulkfetch/{seed}/{i}/{k}".encode()).digest(<= 65536 bytes)
+
+With --etag-salt S (not empty) every file changes, as if rewritten between two runs, while
+names, sizes and list tokens stay the same:
+
+    body(i)     = as above, over shake_128(f"bulkfetch/{seed}/{i}/{k}/{S}".encode())
+    modified    = EPOCH_2025 + 1 + int.from_bytes(blake2b(f"bulkfetch/salt/{S}".encode(),
+                      digest_size=8).digest(), "big") % (365 * 86400)
+
+Without a salt every file's Last-Modified is EPOCH_2025 (2025-01-01T00:00:00Z); a salted
+one is later, but two salts are in no particular order (ETag is the validator to trust).
+The ETag of any file is the quoted hex MD5 of its body; --digest-header adds the SHA-256.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,6 +34,7 @@ from bulkfetch.server.sizes import SizeSpec
 
 CHUNK = 65536
 EPOCH_2025 = 1735689600  # Last-Modified of every synthetic file: 2025-01-01T00:00:00Z
+YEAR = 365 * 86400  # a salted Last-Modified falls within the year after EPOCH_2025
 SMALL_BODY = 1 << 20  # bodies up to this size are generated whole and hashed on the spot
 
 
@@ -34,6 +46,11 @@ class Entry(Protocol):
 
     def etag(self) -> str:
         """The quoted hex MD5 of the whole body."""
+        ...
+
+    def sha256(self) -> bytes:
+        """The SHA-256 of the whole body (raw), for Repr-Digest; with etag() in one pass when
+        neither is known yet."""
         ...
 
     def read(self, start: int, stop: int) -> Iterator[bytes]:
@@ -71,27 +88,63 @@ class BytesEntry:
             self._etag = '"' + hashlib.md5(self.body).hexdigest() + '"'
         return self._etag
 
+    def sha256(self) -> bytes:
+        return hashlib.sha256(self.body).digest()
+
     def read(self, start: int, stop: int) -> Iterator[bytes]:
         yield self.body[start:stop]
 
 
-class _EtagCache:
-    """MD5s of large bodies are costly; keep the last few thousand."""
+@dataclass(frozen=True, slots=True)
+class Digests:
+    etag: str  # quoted hex MD5
+    sha256: bytes | None = None  # raw; None until someone asked for it
+
+
+def hash_chunks(chunks: Iterator[bytes], sha256: bool) -> Digests:
+    """One pass over a body: its MD5 (as an ETag) and, when asked, its SHA-256."""
+    md5 = hashlib.md5()
+    if not sha256:
+        for chunk in chunks:
+            md5.update(chunk)
+        return Digests('"' + md5.hexdigest() + '"')
+    sha = hashlib.sha256()
+    for chunk in chunks:
+        md5.update(chunk)
+        sha.update(chunk)
+    return Digests('"' + md5.hexdigest() + '"', sha.digest())
+
+
+class DigestCache:
+    """Digests of large bodies are costly: keep the last `capacity`, least recently used
+    dropped first."""
 
     def __init__(self, capacity: int = 4096) -> None:
-        self._items: OrderedDict[object, str] = OrderedDict()
+        self._items: OrderedDict[object, Digests] = OrderedDict()
         self._capacity = capacity
 
-    def get(self, key: object) -> str | None:
+    def get(self, key: object) -> Digests | None:
         value = self._items.get(key)
         if value is not None:
             self._items.move_to_end(key)
         return value
 
-    def put(self, key: object, value: str) -> None:
+    def put(self, key: object, value: Digests) -> None:
         self._items[key] = value
+        self._items.move_to_end(key)
         if len(self._items) > self._capacity:
             self._items.popitem(last=False)
+
+    def digests(self, key: object, chunks: Callable[[], Iterator[bytes]],
+                sha256: bool) -> Digests:
+        """The cached digests of `key`, computed from `chunks()` (in one pass) when missing
+        or when the SHA-256 is asked for and not known yet."""
+        known = self.get(key)
+        if known is not None and (known.sha256 is not None or not sha256):
+            return known
+        computed = hash_chunks(chunks(), sha256)
+        self.put(key, computed)
+        return computed
 
 
 @dataclass(slots=True)
@@ -103,15 +156,16 @@ class SyntheticEntry:
     size: int
     last_modified: int = EPOCH_2025
 
+    def _body(self) -> Iterator[bytes]:
+        return self.read(0, self.size)
+
     def etag(self) -> str:
-        cached = self.dataset.etags.get(self.index)
-        if cached is None:
-            digest = hashlib.md5()
-            for chunk in self.read(0, self.size):
-                digest.update(chunk)
-            cached = '"' + digest.hexdigest() + '"'
-            self.dataset.etags.put(self.index, cached)
-        return cached
+        return self.dataset.etags.digests(self.index, self._body, sha256=False).etag
+
+    def sha256(self) -> bytes:
+        digest = self.dataset.etags.digests(self.index, self._body, sha256=True).sha256
+        assert digest is not None
+        return digest
 
     def read(self, start: int, stop: int) -> Iterator[bytes]:
         stop = min(stop, self.size)
@@ -123,11 +177,20 @@ class SyntheticEntry:
             start += len(piece)
 
 
+def salted_modified(salt: str) -> int:
+    """Last-Modified of every synthetic file under --etag-salt `salt` ('' : none)."""
+    if not salt:
+        return EPOCH_2025
+    h = hashlib.blake2b(f"bulkfetch/salt/{salt}".encode(), digest_size=8).digest()
+    return EPOCH_2025 + 1 + int.from_bytes(h, "big") % YEAR
+
+
 class SyntheticDataSet:
     """`files` deterministic files, listed in index order, `page_size` names a page."""
 
     def __init__(
-        self, files: int, page_size: int, seed: int, sizes: SizeSpec, nested: bool = False
+        self, files: int, page_size: int, seed: int, sizes: SizeSpec, nested: bool = False,
+        salt: str = "",
     ) -> None:
         if files < 0 or page_size < 1:
             raise ValueError("files must be >= 0 and page_size >= 1")
@@ -140,7 +203,12 @@ class SyntheticDataSet:
         self.total: int | None = files
         self.identity = f"synthetic/{files}/{page_size}/{seed}/{int(nested)}"
         self.pages = max(1, -(-files // page_size))
-        self.etags = _EtagCache()
+        self.etags = DigestCache()
+        # The salt changes bodies and Last-Modified only: the listing (and so the identity
+        # list tokens are bound to) stays, so a client can resume a listing across salts.
+        self.salt = salt
+        self._chunk_tail = f"/{salt}" if salt else ""
+        self.last_modified = salted_modified(salt)
 
     # -- the pure functions -------------------------------------------------------------
     def _hash(self, index: int) -> bytes:
@@ -160,7 +228,8 @@ class SyntheticDataSet:
         return self.sizes.size(unit)
 
     def chunk(self, index: int, k: int, length: int) -> bytes:
-        return hashlib.shake_128(f"bulkfetch/{self.seed}/{index}/{k}".encode()).digest(length)
+        return hashlib.shake_128(
+            f"bulkfetch/{self.seed}/{index}/{k}{self._chunk_tail}".encode()).digest(length)
 
     def body(self, index: int) -> bytes:
         return b"".join(SyntheticEntry(self, index, self.size(index)).read(0, self.size(index)))
@@ -210,8 +279,8 @@ class SyntheticDataSet:
             return None
         size = self.size(index)
         if size <= SMALL_BODY:
-            return BytesEntry(self.chunk_body(index, size), EPOCH_2025)
-        return SyntheticEntry(self, index, size)
+            return BytesEntry(self.chunk_body(index, size), self.last_modified)
+        return SyntheticEntry(self, index, size, self.last_modified)
 
     def chunk_body(self, index: int, size: int) -> bytes:
         if size <= CHUNK:

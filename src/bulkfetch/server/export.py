@@ -28,7 +28,7 @@ from typing import TextIO
 
 from bulkfetch.errors import UsageError
 from bulkfetch.server.app import BAD_TOKEN_BODY, NOT_FOUND_BODY, http_date, render_page
-from bulkfetch.server.dataset import EPOCH_2025, Entry, SyntheticDataSet
+from bulkfetch.server.dataset import Entry, SyntheticDataSet
 from bulkfetch.server.options import ServeOptions
 from bulkfetch.server.tokens import TokenCodec
 
@@ -55,7 +55,7 @@ def export_static(options: ServeOptions, directory: str, progress: bool = False)
     progress on stderr and, at the end, how to run nginx on stdout."""
     _refuse_dynamic_behaviour(options)
     dataset = SyntheticDataSet(options.files, options.page_size, options.seed,
-                               options.file_size, options.nested)
+                               options.file_size, options.nested, salt=options.etag_salt)
     root = _prepare(Path(directory).absolute(), dataset)
     port = options.port or _free_port(options.host)
     meter = _Meter(options.files, sys.stderr if progress else None)
@@ -85,6 +85,14 @@ def _refuse_dynamic_behaviour(options: ServeOptions) -> None:
         refused.append("--huge-page")
     if options.faults.active:
         refused.append("fault injection (--*-rate, --latency)")
+    if options.digest_header:
+        refused.append("--digest-header")
+    if options.bandwidth_per_connection:
+        refused.append("--bandwidth-per-connection")
+    if options.ignore_ranges:
+        refused.append("--ignore-ranges")
+    if options.wrong_content_range:
+        refused.append("--wrong-content-range")
     if refused:
         raise UsageError(f"--export-static writes the synthetic data set only; it cannot "
                          f"export {', '.join(refused)}: use the live `bulkfetch serve` for that")
@@ -315,7 +323,7 @@ http {{
             # exact match here.
             if ($http_if_none_match = $bulkfetch_etag) {{
                 add_header ETag $bulkfetch_etag always;
-                add_header Last-Modified {_nginx_string(http_date(EPOCH_2025))} always;
+                add_header Last-Modified {_nginx_string(http_date(dataset.last_modified))} always;
                 return 304;
             }}
             add_header ETag $bulkfetch_etag always;

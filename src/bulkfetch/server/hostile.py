@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bulkfetch.server.dataset import EPOCH_2025, BytesEntry, DataSet, Entry, SyntheticDataSet
+from bulkfetch.server.dataset import BytesEntry, DataSet, Entry, SyntheticDataSet
 
 # RELIABILITY.md items 1-3. Each is listed once on the first page, after the good names.
 TRAVERSAL_NAMES = (
@@ -47,10 +47,10 @@ COLLISION_NAMES = (
 DUPLICATE_OF_INDEX = 1  # the good name of file 1 is listed a second time
 
 
-def hostile_body(name: str) -> bytes:
-    return hashlib.shake_128(("bulkfetch/hostile/" + name).encode("utf-8", "surrogatepass")).digest(
-        100
-    )
+def hostile_body(name: str, salt: str = "") -> bytes:
+    """100 bytes for an attack name; --etag-salt S appends "/S" to the hashed text."""
+    text = "bulkfetch/hostile/" + name + (f"/{salt}" if salt else "")
+    return hashlib.shake_128(text.encode("utf-8", "surrogatepass")).digest(100)
 
 
 class HostileNames:
@@ -64,7 +64,8 @@ class HostileNames:
         if inner.files > DUPLICATE_OF_INDEX:
             self.extra.append(inner.name(DUPLICATE_OF_INDEX))
         self.total: int | None = inner.files + len(self.extra)
-        self._bodies = {n: hostile_body(n) for n in self.extra if inner.index_of(n) is None}
+        self._bodies = {n: hostile_body(n, inner.salt) for n in self.extra
+                        if inner.index_of(n) is None}
 
     def page(self, cursor: bytes | None) -> tuple[list[str], bytes | None]:
         names, following = self.inner.page(cursor)
@@ -75,7 +76,7 @@ class HostileNames:
     def lookup(self, name: str) -> Entry | None:
         body = self._bodies.get(name)
         if body is not None:
-            return BytesEntry(body, EPOCH_2025)
+            return BytesEntry(body, self.inner.last_modified)
         return self.inner.lookup(name)
 
 

@@ -247,3 +247,76 @@ class HttpConnection(asyncio.Protocol):
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
+
+
+PACE_TICK = 0.01  # --bandwidth-per-connection: pieces of about 10 ms worth of bytes...
+PACE_PIECE = 65536  # ...and at most 64 KiB
+_MIN_SLEEP = 0.001  # timers are milliseconds in libuv: a shorter sleep would spin
+
+
+class PacedHttpConnection(HttpConnection):
+    """An HttpConnection that sends body bytes at no more than `rate` bytes a second
+    (--bandwidth-per-connection): a token bucket kept as `due`, the loop time by which the body
+    bytes sent so far may have gone out at `rate`. A piece goes out when it is due, else a
+    timer waits for it; idle time is saved up for one tick at most, so bursts stay small and
+    the average holds. Heads are not paced. A subclass, so that an unlimited server runs the
+    plain class with no cost at all."""
+
+    def __init__(self, app: App, access_log: AccessLog | None = None, rate: int = 0) -> None:
+        super().__init__(app, access_log)
+        if rate <= 0:
+            raise ValueError(f"rate must be > 0 bytes/s, got {rate}")
+        self.rate = float(rate)
+        self.piece = max(1, min(PACE_PIECE, int(rate * PACE_TICK)))
+        self.due = 0.0
+        self.pending = b""  # the rest of a chunk larger than a piece
+        self.pace_timer: asyncio.TimerHandle | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.loop = asyncio.get_running_loop()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.pending = b""
+        if self.pace_timer is not None:
+            self.pace_timer.cancel()
+            self.pace_timer = None
+
+    def _send(self, response: Response, keep_alive: bool, head_only: bool) -> None:
+        # A body sent whole is streamed as one chunk instead, so it is paced too; every fault
+        # treats one chunk just as it treats a whole body.
+        if response.chunks is None and len(response.body) > self.piece and not head_only:
+            response.length = len(response.body)
+            response.chunks = iter((response.body,))
+            response.body = b""
+        super()._send(response, keep_alive, head_only)
+
+    def _pump(self) -> None:
+        transport, loop = self.transport, self.loop
+        assert transport is not None and loop is not None
+        if self.pace_timer is not None:  # the timer goes on when it is time
+            return
+        now = loop.time()
+        self.due = max(self.due, now - PACE_TICK)
+        while self.streaming is not None and not self.write_paused:
+            if self.due > now:
+                self.pace_timer = loop.call_later(max(self.due - now, _MIN_SLEEP), self._tick)
+                return
+            chunk = self.pending or next(self.streaming, None)
+            if chunk is None:
+                self.streaming = None
+                self._finish(self.stream_keep_alive)
+                return
+            if len(chunk) > self.piece:
+                chunk, self.pending = chunk[: self.piece], chunk[self.piece :]
+            else:
+                self.pending = b""
+            transport.write(chunk)
+            self.due += len(chunk) / self.rate
+
+    def _tick(self) -> None:
+        self.pace_timer = None
+        if not self.closing and self.transport is not None:
+            self._pump()

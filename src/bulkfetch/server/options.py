@@ -31,6 +31,12 @@ class ServeOptions:
     port: int = 8000
     processes: int = 1
     access_log: str | None = None  # "-" for stderr, else a file path
+    # What clients of big files must be tested against (issue 18):
+    digest_header: bool = False  # Repr-Digest: sha-256=:...: on file answers
+    bandwidth_per_connection: int = 0  # body bytes/s of each connection; 0: no limit
+    ignore_ranges: bool = False  # every ranged GET is answered 200 with the whole body
+    wrong_content_range: bool = False  # a ranged GET gets another range than it asked for
+    etag_salt: str = ""  # mixed into every synthetic body, ETag and Last-Modified
 
     def __post_init__(self) -> None:
         if self.files < 0:
@@ -53,7 +59,19 @@ class ServeOptions:
             if self.root is not None or self.hostile_names or self.bad_pages:
                 raise UsageError("--huge-page works on the plain synthetic data set, not with "
                                  "--root, --hostile-names or --bad-pages")
+        if self.bandwidth_per_connection < 0:
+            raise UsageError(f"--bandwidth-per-connection must be >= 0 bytes/s, "
+                             f"got {self.bandwidth_per_connection}")
+        if self.ignore_ranges and self.wrong_content_range:
+            raise UsageError("--ignore-ranges and --wrong-content-range exclude each other")
+        try:
+            self.etag_salt.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError("--etag-salt must be valid UTF-8 text") from None
         if self.root is not None:
+            if self.etag_salt:
+                raise UsageError("--etag-salt changes synthetic files; with --root, change "
+                                 "the files themselves")
             if not os.path.isdir(self.root):
                 raise UsageError(f"--root {self.root!r} is not a directory")
             if self.hostile_names or self.bad_pages:
@@ -78,7 +96,8 @@ def build_dataset(options: ServeOptions) -> DataSet:
     if options.root is not None:
         return FileTree(options.root, options.page_size)
     dataset: DataSet = SyntheticDataSet(
-        options.files, options.page_size, options.seed, options.file_size, options.nested
+        options.files, options.page_size, options.seed, options.file_size, options.nested,
+        salt=options.etag_salt,
     )
     if options.huge_page is not None:
         assert isinstance(dataset, SyntheticDataSet)
@@ -99,4 +118,6 @@ def build_app(options: ServeOptions, port: int | None = None,
     faults = (FaultPlan(options.faults, options.seed, attempts) if options.faults.active
               else None)
     return App(build_dataset(options), faults, show_total=options.show_total,
-               port=options.port if port is None else port)
+               port=options.port if port is None else port,
+               digest_header=options.digest_header, ignore_ranges=options.ignore_ranges,
+               wrong_content_range=options.wrong_content_range)

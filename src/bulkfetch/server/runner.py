@@ -16,7 +16,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from bulkfetch.server.faults import Attempts, Fault, SharedAttempts
-from bulkfetch.server.http import AccessLog, HttpConnection
+from bulkfetch.server.http import AccessLog, HttpConnection, PacedHttpConnection
 from bulkfetch.server.options import ServeOptions, build_app
 
 
@@ -82,10 +82,14 @@ def _serve_socket(options: ServeOptions, sock: socket.socket, ready: Callable[[]
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, lambda: stop.done() or stop.set_result(None))
 
+    rate = options.bandwidth_per_connection
+    # Only a limited server pays for pacing: the plain class otherwise
+    factory: Callable[[], HttpConnection] = (
+        (lambda: PacedHttpConnection(app, log, rate)) if rate > 0
+        else (lambda: HttpConnection(app, log)))
+
     async def main() -> None:
-        server = await loop.create_server(
-            lambda: HttpConnection(app, log), sock=sock, backlog=4096
-        )
+        server = await loop.create_server(factory, sock=sock, backlog=4096)
         ready()
         await stop
         server.close()

@@ -4,12 +4,13 @@ anything outside the root."""
 from __future__ import annotations
 
 import bisect
-import hashlib
 import os
 import stat
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from bulkfetch.server.dataset import DigestCache
 
 _READ_CHUNK = 1 << 20
 
@@ -19,20 +20,19 @@ class FileEntry:
     path: str
     size: int
     last_modified: int
-    _key: tuple[str, int, int]
-    _cache: OrderedDict[tuple[str, int, int], str]
+    _key: tuple[str, int, int]  # (real path, mtime ns, size): a rewritten file is a new key
+    _cache: DigestCache
+
+    def _body(self) -> Iterator[bytes]:
+        return self.read(0, self.size)
 
     def etag(self) -> str:
-        cached = self._cache.get(self._key)
-        if cached is None:
-            digest = hashlib.md5()
-            for chunk in self.read(0, self.size):
-                digest.update(chunk)
-            cached = '"' + digest.hexdigest() + '"'
-            self._cache[self._key] = cached
-            if len(self._cache) > 65536:
-                self._cache.popitem(last=False)
-        return cached
+        return self._cache.digests(self._key, self._body, sha256=False).etag
+
+    def sha256(self) -> bytes:
+        digest = self._cache.digests(self._key, self._body, sha256=True).sha256
+        assert digest is not None
+        return digest
 
     def read(self, start: int, stop: int) -> Iterator[bytes]:
         with open(self.path, "rb") as handle:
@@ -58,7 +58,7 @@ class FileTree:
         self.page_size = page_size
         self.total: int | None = None
         self.identity = f"tree/{self.root}/{page_size}"
-        self._etags: OrderedDict[tuple[str, int, int], str] = OrderedDict()
+        self._etags = DigestCache(65536)
         self._listings: OrderedDict[str, tuple[int, list[str]]] = OrderedDict()
 
     def _inside(self, path: str) -> str | None:
