@@ -29,6 +29,7 @@ class _LazyGroup(click.Group):
         "ls": "bulkfetch.cli_dataset:ls",
         "cat": "bulkfetch.cli_dataset:cat",
         "extract": "bulkfetch.cli_dataset:extract",
+        "hash": "bulkfetch.cli_hash:hash_command",
         "bench": "bulkfetch.bench.command:bench",
         "serve": "bulkfetch.server.command:serve",
     }
