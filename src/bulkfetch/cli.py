@@ -134,6 +134,12 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
 @click.option("--spool-above", default="1m", show_default=True, metavar="BYTES",
               help="Bodies larger than this are written to disk as they arrive (hashed on "
                    "the way) instead of being held in memory; 0 streams every body.")
+@click.option("--split-above", default="64m", show_default=True, metavar="BYTES",
+              help="A body at least this big, from a server that serves ranges (Accept-Ranges "
+                   "and an ETag or Last-Modified), is fetched in --parts ranges at once.")
+@click.option("--parts", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Ranges a big file is split into, each over its own connection and "
+                   "counted against --concurrency (1: never split).")
 @click.option("--list-path", default="/list", show_default=True, help="Listing endpoint.")
 @click.option("--names-key", default="FileNames", show_default=True,
               help="JSON key of the names on a list page.")
@@ -173,7 +179,7 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
     flags["verify"] = not flags.pop("no_verify")
     from bulkfetch.server.sizes import parse_bytes
 
-    for flag in ("shard_size", "max_page_size", "spool_above"):
+    for flag in ("shard_size", "max_page_size", "spool_above", "split_above"):
         try:
             flags[flag] = parse_bytes(str(flags[flag]))
         except UsageError as exc:

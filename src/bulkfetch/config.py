@@ -82,12 +82,20 @@ class Limits:
     # Bodies larger than this stream into the sink's spool as they arrive; smaller ones are
     # collected in memory (the fast path). 0: every body streams.
     spool_above: int = 1 << 20
+    # A body of at least split_above bytes, from a server that serves ranges, is fetched as
+    # `parts` ranges over separate connections (parts 1: never split).
+    split_above: int = 64 << 20
+    parts: int = 8
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.concurrency < 1:
             raise UsageError("--workers and --concurrency must be >= 1")
         if self.max_page_size < 1:
             raise UsageError("--max-page-size must be >= 1 byte")
+        if self.parts < 1:
+            raise UsageError(f"--parts must be >= 1, got {self.parts}")
+        if self.split_above < 1:
+            raise UsageError(f"--split-above must be >= 1 byte, got {self.split_above}")
         if self.spool_above < 0:
             raise UsageError(f"--spool-above must be >= 0 bytes, got {self.spool_above}")
 

@@ -70,6 +70,8 @@ class Tick:
     in_flight: int = 0
     partial_bytes: int = 0  # bytes of the big bodies in flight (not yet in `bytes`)
     largest: tuple[InFlight, ...] = ()  # the worker's largest big files in flight
+    ranged_restarts: int = 0  # files split into ranges that started over as one stream
+    size_only: int = 0  # files split into ranges with no whole-file digest stated
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,10 @@ class Report:
     bytes: int = 0
     retries: int = 0
     pages: int = 0
+    # Big files fetched in ranges: how many the server's answers made start over as one
+    # stream, and how many were checked by size alone (no whole-file digest was stated).
+    ranged_restarts: int = 0
+    ranged_size_only: int = 0
     duration_s: float = 0.0
     listing_complete: bool = False
     interrupted: bool = False

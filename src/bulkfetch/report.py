@@ -142,6 +142,14 @@ def summary_table(report: Report) -> Table:
     table.add_row("pages", Text(f"{report.pages:,} · listing "
                                 + ("complete" if report.listing_complete else "incomplete")))
     table.add_row("retries", Text(f"{report.retries:,}"))
+    if report.ranged_restarts:
+        table.add_row("ranges", Text(f"{report.ranged_restarts:,} split files started over as "
+                                     "one stream (the server's ranges could not be trusted)",
+                                     style="yellow"))
+    if report.ranged_size_only:
+        table.add_row("checked", Text(f"{report.ranged_size_only:,} split files by size only: "
+                                      "the server stated no digest of the whole file",
+                                      style="yellow"))
     if report.error is not None:
         table.add_row("error", Text(safe_text(report.error), style="red"))
     return table
@@ -219,6 +227,8 @@ def report_dict(report: Report) -> dict[str, object]:
         "resumed_bytes": report.resumed_bytes,
         "bytes": report.bytes,
         "retries": report.retries,
+        "ranged_restarts": report.ranged_restarts,
+        "ranged_size_only": report.ranged_size_only,
         "pages": report.pages,
         "duration_s": _finite(report.duration_s),
         "files_per_s": _finite(report.files_per_s, 1),

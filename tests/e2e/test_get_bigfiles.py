@@ -95,9 +95,13 @@ BIG = bytes(range(256)) * 8192  # 2 MiB
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     """/good: a body with its Repr-Digest; /lying: a Repr-Digest of other bytes; /missing: a
-    big 404 page. None of them sends an ETag, so only the Repr-Digest can vouch."""
+    big 404 page. None of them sends an ETag, so only the Repr-Digest can vouch. /ranged
+    serves ranges with a Last-Modified and states no digest at all."""
 
     def do_GET(self) -> None:  # the name http.server calls
+        if self.path == "/ranged":
+            self._ranged()
+            return
         status, digest = {"/good": (200, hashlib.sha256(BIG).digest()),
                           "/lying": (200, hashlib.sha256(b"other").digest()),
                           "/missing": (404, b"")}.get(self.path, (404, b""))
@@ -108,8 +112,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(BIG)
 
+    def _ranged(self) -> None:
+        start, end = 0, len(BIG)
+        wanted = self.headers.get("Range", "")
+        if wanted.startswith("bytes=") and self.headers.get("If-Range") == LAST_MODIFIED:
+            first, _, last = wanted[6:].partition("-")
+            start, end = int(first), int(last) + 1
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(BIG)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(end - start))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Last-Modified", LAST_MODIFIED)
+        self.end_headers()
+        self.wfile.write(BIG[start:end])
+
     def log_message(self, *args: object) -> None:
         pass
+
+
+LAST_MODIFIED = "Wed, 01 Jan 2025 00:00:00 GMT"
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +177,49 @@ def get_from_file(urls: Path, dest: Path, report: Path,
                           capture_output=True, text=True, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc, json.loads(report.read_text())
+
+
+RANGED_FILES, RANGED_SIZE = 3, "24m"
+
+
+@pytest.mark.parametrize("sink", ["dir", "tar"])
+def test_big_files_in_ranges_under_faults(tmp_path: Path, sink: str) -> None:
+    with ReferenceServer("--files", str(RANGED_FILES), "--file-size", RANGED_SIZE, *FAULTS,
+                         processes=2, access_log=True) as server:
+        proc, report = get(server.url, tmp_path / "d", tmp_path / "r.json", "--sink", sink,
+                           "--split-above", "8m", "--parts", "4", "--quiet")
+        ranged = [r for r in server.requests() if r.status == 206]
+    assert proc.returncode == 0, proc.stderr
+    assert report["files_ok"] == RANGED_FILES and report["ranged_restarts"] == 0
+    assert report["ranged_size_only"] == 0  # the reference server's ETag is the MD5
+    assert len(ranged) >= 4 * RANGED_FILES
+    assert max(r.length for r in ranged) <= (24 << 20) // 4 + 1
+    want = expected(RANGED_FILES, RANGED_SIZE)
+    if sink == "dir":
+        assert_complete(tmp_path / "d", want)
+    else:
+        with tarfile.open(next((tmp_path / "d").glob("*.tar"))) as archive:
+            assert {m.name: hashlib.md5(archive.extractfile(m).read()).hexdigest()
+                    for m in archive} == want
+
+
+@pytest.mark.parametrize("switch", ["--ignore-ranges", "--wrong-content-range"])
+def test_a_server_that_ignores_or_mislabels_ranges_ends_correct(tmp_path: Path,
+                                                               switch: str) -> None:
+    with ReferenceServer("--files", "2", "--file-size", "12m", switch) as server:
+        proc, report = get(server.url, tmp_path / "d", tmp_path / "r.json",
+                           "--split-above", "4m", "--parts", "3", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert report["ranged_restarts"] == 2  # each file started over as one stream
+    assert_complete(tmp_path / "d", expected(2, "12m"))
+
+
+def test_a_split_file_no_digest_vouches_for_is_said_to_be_checked_by_size(
+        digest_server: str, tmp_path: Path) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text(f"{digest_server}/ranged\n")
+    proc, report = get_from_file(urls, tmp_path / "d", tmp_path / "r.json",
+                                 "--split-above", "1m", "--parts", "4", "--spool-above", "64k")
+    assert proc.returncode == 0, proc.stderr
+    assert report["ranged_size_only"] == 1 and report["ranged_restarts"] == 0
+    assert (tmp_path / "d" / "ranged").read_bytes() == BIG

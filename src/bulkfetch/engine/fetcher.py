@@ -18,7 +18,7 @@ import pycurl
 
 from bulkfetch.config import GetOptions
 from bulkfetch.digest import SMALL_BODY, builtin_md5, openssl_md5
-from bulkfetch.engine import spooling
+from bulkfetch.engine.big import BigFiles
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
     header_value,
@@ -29,7 +29,7 @@ from bulkfetch.engine.curl import (
 )
 from bulkfetch.models import SHOWN_IN_FLIGHT, Failure, Page, PageReport, Tick, largest_first
 from bulkfetch.names import check_name
-from bulkfetch.sinks.base import Sink, SinkFailure, SinkFatal, Writer
+from bulkfetch.sinks.base import Sink, SinkFailure, Writer
 from bulkfetch.sources.base import Source
 
 _HEX = frozenset("0123456789abcdef")
@@ -134,13 +134,11 @@ class Fetcher:
             self.free.append(handle)
         self.handles = list(self.free)
         self.pending: deque[_Transfer] = deque()
-        # Transfers whose bodies stream to a spool, and the spools of those in flight. They
-        # may hold at most half the handles, so small files keep moving beside them.
-        self.big_pending: deque[_Transfer] = deque()
-        self.spooling: dict[pycurl.Curl, spooling.SpooledBody] = {}
-        self.big_slots = max(1, options.limits.concurrency // 2)
-        # Retry heap by due time: (due, order, transfer, streams to a spool).
-        self.waiting: list[tuple[float, int, _Transfer, bool]] = []
+        # Bodies above --spool-above; `spooling` is its handles in flight, by handle.
+        self.big = BigFiles(self)
+        self.spooling = self.big.active
+        # Retry heap by due time: (due, order, transfer, a big body's).
+        self.waiting: list[tuple[float, int, tuple[object, ...], bool]] = []
         self.order = itertools.count()
         self.finished: list[PageReport] = []  # durable page reports, not yet taken
         self.fetched = 0  # pages whose every file is stored or failed, not yet taken
@@ -164,7 +162,7 @@ class Fetcher:
         self.live.add(state)
         urls = self.source.plain_urls(page.names)
         # --spool-above 0: every body streams (libcurl reads MAXFILESIZE 0 as no limit).
-        queue = self.pending if self.spool_above else self.big_pending
+        queue = self.pending if self.spool_above else self.big.pending
         if urls is not None:  # every name is plain: no per-name check, tuples built in C
             queue.extend(zip(repeat(state), page.names, urls, repeat(1)))
             return
@@ -194,10 +192,10 @@ class Fetcher:
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
                 _, _, transfer, big = heapq.heappop(self.waiting)
-                (self.big_pending if big else self.pending).append(transfer)
+                (self.big.pending if big else self.pending).append(transfer)
         multi, free, pending, transfer_of = self.multi, self.free, self.pending, self.transfer_of
-        while free and self.big_pending and len(self.spooling) < self.big_slots:
-            self._start_spooled(self.big_pending.popleft())
+        if self.big.pending:
+            self.big.start_some()
         while free and pending:
             transfer = pending.popleft()
             handle = free.pop()
@@ -218,15 +216,19 @@ class Fetcher:
                     break
             if len(free) < len(self.handles) and not (self.finished or self.fetched):
                 multi.select(timeout)
+        elif self.big.ranged:  # nothing in flight: a split file's last bytes are hashing
+            self.big.wait_hashing(timeout)
         elif self.waiting and not (self.finished or self.fetched):
             time.sleep(min(timeout, max(0.0, self.waiting[0][0] - time.monotonic())))
+        if self.big.ranged:
+            self.big.poll()
         finished, self.finished = self.finished, []
         return finished
 
     def _completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
         """One transfer ended. The success path is written flat: it runs once per file."""
         if self.spooling and handle in self.spooling:
-            self._completed_spooled(handle, error)
+            self.big.completed(handle, error)
             return
         self.multi.remove_handle(handle)
         transfer = self.transfer_of[handle]
@@ -235,10 +237,10 @@ class Fetcher:
         if error is not None:
             code, message = error
             if code == _TOO_BIG:  # not a failure: the body goes to a spool instead
+                self.big.too_big(transfer, lines)
                 chunks.clear()
                 lines.clear()
                 self.free.append(handle)
-                self.big_pending.append(transfer)
                 return
             retryable, reason = code in RETRYABLE_CURL_ERRORS, f"{message} (curl error {code})"
         elif handle.getinfo(pycurl.RESPONSE_CODE) == 200:
@@ -291,77 +293,27 @@ class Fetcher:
             return f"body of {len(body)} bytes, Content-Length {int(announced)}"
         return None
 
-    # -- bodies streamed to a spool ------------------------------------------------------
-    def _start_spooled(self, transfer: _Transfer) -> None:
-        state, name = transfer[0], transfer[1]
-        try:
-            spool = self.sink.open_spool(name)
-        except SinkFailure as exc:
-            self._fail(state, name, str(exc), transfer[3])
-            return
-        handle = self.free.pop()
-        body = spooling.SpooledBody(transfer, spool, handle, self.buffers[handle][1])
-        spooling.prepare(handle, body)
-        self.spooling[handle] = body
-        self.transfer_of[handle] = transfer
-        handle.setopt(_URL, transfer[2])
-        self.multi.add_handle(handle)
-
-    def _completed_spooled(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
-        self.multi.remove_handle(handle)
-        body = self.spooling.pop(handle)
-        chunks, lines = self.buffers[handle]
-        spooling.restore(handle, chunks, self.spool_above)
-        transfer = body.transfer
-        state, name = transfer[0], transfer[1]
-        status = body.status or handle.getinfo(pycurl.RESPONSE_CODE)
-        retry_after = None
-        if isinstance(body.error, SinkFatal):
-            reason, retryable = "", False
-        elif body.error is not None:
-            reason, retryable = str(body.error), False
-        elif error is not None and not (body.started and body.status != 200):
-            # (a status other than 200 stopped the transfer itself: judged by the status)
-            code, message = error
-            retryable, reason = code in RETRYABLE_CURL_ERRORS, f"{message} (curl error {code})"
-        elif status != 200:
-            retryable, reason = retryable_status(status), f"HTTP {status}"
-            if status in (429, 503):
-                retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
-        else:
-            announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
-            reason = body.mismatch(announced, self.verify) or ""
-            retryable = True
-        lines.clear()
-        self.free.append(handle)
-        if isinstance(body.error, SinkFatal):
-            body.spool.discard()
-            raise body.error
-        if reason:
-            body.spool.discard()
-            self._retry_or_fail(transfer, reason, retryable, retry_after, big=True)
-            return
-        try:
-            self.sink.store_spool(state.page.seq, name, body.spool, body.size,
-                                  body.md5.hexdigest())
-        except SinkFailure as exc:
-            self._fail(state, name, str(exc), transfer[3])
-            return
-        state.bytes += body.size
-        state.remaining -= 1
-        if state.remaining == 0:
-            self._page_finished(state)
-
     def _retry_or_fail(self, transfer: _Transfer, reason: str, retryable: bool,
                        retry_after: float | None, big: bool = False) -> None:
         state, name, url, attempt = transfer
         if retryable and attempt <= self.policy.retries:
-            delay = self.policy.delay(attempt, retry_after, self.rng)
-            self.retries += 1
-            heapq.heappush(self.waiting, (time.monotonic() + delay, next(self.order),
-                                          (state, name, url, attempt + 1), big))
+            self._retry_later((state, name, url, attempt + 1), attempt, retry_after, big)
         else:
             self._fail(state, name, reason, attempt)
+
+    def _retry_later(self, transfer: tuple[object, ...], attempt: int,
+                     retry_after: float | None, big: bool = True) -> None:
+        """Queue `transfer` (the next attempt) after the backoff for retry `attempt`."""
+        delay = self.policy.delay(attempt, retry_after, self.rng)
+        self.retries += 1
+        heapq.heappush(self.waiting, (time.monotonic() + delay, next(self.order), transfer, big))
+
+    def _stored(self, state: _PageState, size: int) -> None:
+        """A file of `size` bytes of the page `state` is in the sink."""
+        state.bytes += size
+        state.remaining -= 1
+        if state.remaining == 0:
+            self._page_finished(state)
 
     def _fail(self, state: _PageState, name: str, reason: str, attempts: int) -> None:
         state.failures.append(Failure(name, reason, attempts))
@@ -395,13 +347,12 @@ class Fetcher:
         live = self.live
         partial, largest = 0, ()
         if self.spooling:
-            bodies = self.spooling.values()
-            partial = sum(body.size for body in bodies)
-            largest = tuple(sorted(((body.transfer[1], body.size, body.total) for body in bodies),
-                                   key=largest_first)[:SHOWN_IN_FLIGHT])
+            partial, entries = self.big.in_flight()
+            largest = tuple(sorted(entries, key=largest_first)[:SHOWN_IN_FLIGHT])
         return Tick(self.worker, self.files_ok + sum(state.ok for state in live),
                     self.files_failed, self.bytes + sum(state.bytes for state in live),
-                    self.retries, self.in_flight, partial, largest)
+                    self.retries, self.in_flight, partial, largest, self.big.restarts,
+                    self.big.size_only)
 
     @property
     def in_flight(self) -> int:
@@ -409,23 +360,20 @@ class Fetcher:
 
     def abandon(self) -> None:
         """Drop everything in flight; unfinished pages stay not-done in the journal."""
+        self.big.abandon()  # its handles first: they go back to a small file's options
         idle = set(self.free)
         for handle in self.handles:
             if handle not in idle:
                 self.multi.remove_handle(handle)
                 for buffer in self.buffers[handle]:
                     buffer.clear()
-                body = self.spooling.pop(handle, None)
-                if body is not None:
-                    body.spool.discard()
-                    spooling.restore(handle, self.buffers[handle][0], self.spool_above)
                 self.free.append(handle)
         self.pending.clear()
-        self.big_pending.clear()
         self.waiting.clear()
 
     def close(self) -> None:
         self.abandon()
+        self.big.close()
         for handle in self.handles:
             handle.close()
         self.multi.close()

@@ -10,6 +10,7 @@ the spool, so a run's memory never depends on file sizes.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,8 @@ class SpooledBody:
     total: int = -1  # the Content-Length, read at the first chunk (-1: none)
     status: int = 0  # the HTTP status, read at the first chunk
     error: SinkFailure | SinkFatal | None = None  # the sink refused a chunk
+    retry_after: float | None = None
+    announced: float = -1  # the Content-Length libcurl saw (-1: none)
     started: bool = False
 
     def write(self, data: bytes) -> int | None:
@@ -83,8 +86,9 @@ class SpooledBody:
         return None
 
 
-def prepare(handle: pycurl.Curl, body: SpooledBody) -> None:
-    handle.setopt(pycurl.WRITEFUNCTION, body.write)
+def prepare(handle: pycurl.Curl, write: Callable[[bytes], int | None]) -> None:
+    """A handle for a big body: `write` takes its chunks, no size limit, bigger reads."""
+    handle.setopt(pycurl.WRITEFUNCTION, write)
     handle.setopt(pycurl.MAXFILESIZE_LARGE, 0)  # no limit
     handle.setopt(pycurl.BUFFERSIZE, SPOOL_BUFFER)
 

@@ -503,6 +503,8 @@ class _Coordinator:
             files_failed=totals.files_failed,
             bytes=totals.bytes,
             retries=sum(t.retries for t in ticks),
+            ranged_restarts=sum(t.ranged_restarts for t in ticks),
+            ranged_size_only=sum(t.size_only for t in ticks),
             pages=totals.pages_done,
             duration_s=time.monotonic() - started,
             listing_complete=totals.listing_done,

@@ -41,6 +41,15 @@ class FileSpool:
         except OSError as exc:
             raise fatal_or_failure(exc, f"cannot write a temporary file in {self.where}") from None
 
+    def write_at(self, data: bytes, offset: int) -> None:
+        """Write `data` at `offset` (a part of a file fetched in ranges)."""
+        try:
+            written = os.pwrite(self.fd, data, offset)
+            while written < len(data):
+                written += os.pwrite(self.fd, memoryview(data)[written:], offset + written)
+        except OSError as exc:
+            raise fatal_or_failure(exc, f"cannot write a temporary file in {self.where}") from None
+
     def close(self) -> None:
         """Close the file, keeping it (its name is then renamed or copied away)."""
         if self.fd >= 0:

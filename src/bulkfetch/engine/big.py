@@ -1,0 +1,287 @@
+"""The fetcher's big bodies: streamed to a spool as one transfer, or split into ranges.
+
+A transfer lands here when libcurl stopped its in-memory attempt at --spool-above (or at
+once with --spool-above 0). Its first response decides (parts.split_plan): one stream
+into a spool (spooling.SpooledBody), or --parts ranges written by offset into one spool
+(parts.RangedFile). Big transfers hold at most half the handles, so small files keep
+moving beside them; a part is one transfer like any other.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import pycurl
+
+from bulkfetch.engine import spooling
+from bulkfetch.engine.curl import (
+    RETRYABLE_CURL_ERRORS,
+    header_value,
+    retry_after_seconds,
+    retryable_status,
+)
+from bulkfetch.engine.parts import Part, RangedFile, split_plan
+from bulkfetch.models import InFlight
+from bulkfetch.sinks.base import SinkFailure, SinkFatal
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bulkfetch.engine.fetcher import Fetcher
+
+_URL = pycurl.URL
+
+
+class BigFiles:
+    def __init__(self, fetcher: Fetcher) -> None:
+        self.fetcher = fetcher
+        limits = fetcher.options.limits
+        self.spool_above = limits.spool_above
+        self.split_above = limits.split_above
+        self.parts = limits.parts
+        # (state, name, url, attempt) of a stream, (..., part) of a range
+        self.pending: deque[tuple[Any, ...]] = deque()
+        self.active: dict[pycurl.Curl, spooling.SpooledBody | Part] = {}
+        self.slots = max(1, limits.concurrency // 2)
+        self.ranged: set[RangedFile] = set()  # files in parts, not yet stored or dropped
+        self.hasher: ThreadPoolExecutor | None = None  # hashes ranged files in file order
+        self.restarts = 0  # ranged files started over as one stream
+        self.size_only = 0  # ranged files no whole-file digest vouched for
+
+    # -- starting ------------------------------------------------------------------------
+    def too_big(self, transfer: tuple[Any, ...], lines: list[bytes]) -> None:
+        """The in-memory attempt at `transfer` stopped at --spool-above; `lines` are its
+        response's headers."""
+        plan = split_plan(lines, self.split_above, self.parts)
+        if plan is None:
+            self.pending.append(transfer)
+            return
+        state, name = transfer[0], transfer[1]
+        try:
+            spool = self.fetcher.sink.open_spool(name)
+        except SinkFailure as exc:
+            self.fetcher._fail(state, name, str(exc), transfer[3])
+            return
+        if not hasattr(spool, "write_at"):  # the null sink keeps nothing to hash later
+            spool.discard()
+            self.pending.append(transfer)
+            return
+        ranged = RangedFile(transfer, spool, plan, self.parts)
+        self.ranged.add(ranged)
+        self.pending.extend((*transfer, part) for part in ranged.parts)
+
+    def start_some(self) -> None:
+        free, pending, active = self.fetcher.free, self.pending, self.active
+        while free and pending and len(active) < self.slots:
+            transfer = pending.popleft()
+            if len(transfer) == 5:
+                if not transfer[4].file.cancelled:
+                    self._start_part(transfer)
+            else:
+                self._start_stream(transfer)
+
+    def _start_stream(self, transfer: tuple[Any, ...]) -> None:
+        fetcher = self.fetcher
+        try:
+            spool = fetcher.sink.open_spool(transfer[1])
+        except SinkFailure as exc:
+            fetcher._fail(transfer[0], transfer[1], str(exc), transfer[3])
+            return
+        handle = fetcher.free.pop()
+        body = spooling.SpooledBody(transfer, spool, handle, fetcher.buffers[handle][1])
+        spooling.prepare(handle, body.write)
+        self._add(handle, body, transfer)
+
+    def _start_part(self, transfer: tuple[Any, ...]) -> None:
+        part: Part = transfer[4]
+        part.reset()
+        handle = self.fetcher.free.pop()
+        part.lines = self.fetcher.buffers[handle][1]
+        spooling.prepare(handle, part.write)
+        handle.setopt(pycurl.HTTPHEADER, part.headers())
+        self._add(handle, part, transfer)
+
+    def _add(self, handle: pycurl.Curl, body: spooling.SpooledBody | Part,
+             transfer: tuple[Any, ...]) -> None:
+        self.active[handle] = body
+        self.fetcher.transfer_of[handle] = transfer
+        handle.setopt(_URL, transfer[2])
+        self.fetcher.multi.add_handle(handle)
+
+    def _release(self, handle: pycurl.Curl) -> spooling.SpooledBody | Part:
+        """Take `handle` out of the multi and back to a small-file handle, keeping what its
+        attempt said (status, Retry-After, Content-Length) on the body. Its header lines
+        stay until _free(): the body's checks read them."""
+        fetcher = self.fetcher
+        fetcher.multi.remove_handle(handle)
+        body = self.active.pop(handle)
+        chunks, lines = fetcher.buffers[handle]
+        status = (body.status if body.started else 0) or handle.getinfo(pycurl.RESPONSE_CODE)
+        body.status = status
+        if status in (429, 503):
+            body.retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
+        body.announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
+        spooling.restore(handle, chunks, self.spool_above)
+        if isinstance(body, Part):
+            handle.unsetopt(pycurl.HTTPHEADER)
+        return body
+
+    def _free(self, handle: pycurl.Curl) -> None:
+        for buffer in self.fetcher.buffers[handle]:
+            buffer.clear()
+        self.fetcher.free.append(handle)
+
+    # -- ending --------------------------------------------------------------------------
+    def completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
+        transfer = self.fetcher.transfer_of[handle]
+        body = self._release(handle)
+        try:
+            if isinstance(body, Part):
+                self._part_completed(transfer, body, error)
+            else:
+                self._stream_completed(body, error)
+        finally:
+            self._free(handle)
+
+    @staticmethod
+    def _judge(body: spooling.SpooledBody | Part, error: tuple[int, str] | None,
+               ok_status: int) -> tuple[str, bool]:
+        """(reason, retryable) of an attempt that went wrong; ("", True) when it did not."""
+        if body.error is not None:
+            return str(body.error), False
+        if error is not None and not (body.started and body.status != ok_status):
+            # (a wrong status stopped the transfer itself: it is judged by the status)
+            code, message = error
+            return f"{message} (curl error {code})", code in RETRYABLE_CURL_ERRORS
+        if body.status != ok_status:
+            return f"HTTP {body.status}", retryable_status(body.status)
+        return "", True
+
+    def _stream_completed(self, body: spooling.SpooledBody,
+                          error: tuple[int, str] | None) -> None:
+        fetcher, transfer = self.fetcher, body.transfer
+        if isinstance(body.error, SinkFatal):
+            body.spool.discard()
+            raise body.error
+        reason, retryable = self._judge(body, error, 200)
+        if not reason:
+            reason = body.mismatch(body.announced, fetcher.verify) or ""
+        if reason:
+            body.spool.discard()
+            fetcher._retry_or_fail(transfer, reason, retryable, body.retry_after, big=True)
+            return
+        self._store(transfer, body.spool, body.size, body.md5.hexdigest())
+
+    def _store(self, transfer: tuple[Any, ...], spool: Any, size: int, md5: str) -> None:
+        state, name = transfer[0], transfer[1]
+        try:
+            self.fetcher.sink.store_spool(state.page.seq, name, spool, size, md5)
+        except SinkFailure as exc:
+            self.fetcher._fail(state, name, str(exc), transfer[3])
+            return
+        self.fetcher._stored(state, size)
+
+    def _part_completed(self, transfer: tuple[Any, ...], part: Part,
+                        error: tuple[int, str] | None) -> None:
+        ranged = part.file
+        if ranged.cancelled:
+            return
+        if isinstance(part.error, SinkFatal):
+            self._drop(ranged)
+            raise part.error
+        if part.problem:  # the server cannot be trusted with ranges for this file
+            self._drop(ranged)
+            self.restarts += 1
+            self.pending.append(ranged.transfer)
+            return
+        reason, retryable = self._judge(part, error, 206)
+        if not reason and part.written != part.end - part.start:
+            reason = f"range of {part.written} bytes, asked {part.end - part.start}"
+        if reason:
+            attempt = transfer[3]
+            if retryable and attempt <= self.fetcher.policy.retries:
+                self.fetcher._retry_later((*ranged.transfer[:3], attempt + 1, part),
+                                          attempt, part.retry_after)
+                return
+            self._drop(ranged)
+            state, name = ranged.transfer[0], ranged.transfer[1]
+            self.fetcher._fail(state, name, f"{reason} (bytes {part.start}-{part.end - 1})",
+                               attempt)
+            return
+        part.complete = True
+        ranged.done += 1
+        end = ranged.hashable_end()
+        if end > ranged.hash_submitted:
+            if self.hasher is None:
+                # loaded only when a file is split: 9 ms of start-up every run would pay
+                from concurrent.futures import ThreadPoolExecutor
+
+                self.hasher = ThreadPoolExecutor(1, thread_name_prefix="bulkfetch-hash")
+            ranged.hashing = self.hasher.submit(ranged.hash_region, ranged.hash_submitted, end)
+            ranged.hash_submitted = end
+
+    def poll(self) -> None:
+        """Store the ranged files whose every part is in and hashed."""
+        for ranged in [r for r in self.ranged if r.hash_submitted == r.plan.total
+                       and r.hashing is not None and r.hashing.done()]:
+            self.ranged.discard(ranged)
+            try:
+                ranged.hashing.result()
+            except OSError as exc:
+                ranged.spool.discard()
+                raise SinkFatal(f"cannot read back {ranged.name}'s ranges: {exc}") from None
+            reason = ranged.mismatch() if self.fetcher.verify else None
+            if reason:
+                ranged.spool.discard()
+                self.fetcher._retry_or_fail(ranged.transfer, reason, True, None, big=True)
+                continue
+            if not ranged.plan.stated:
+                self.size_only += 1
+            self._store(ranged.transfer, ranged.spool, ranged.plan.total,
+                        ranged.md5.hexdigest())
+
+    def wait_hashing(self, timeout: float) -> None:
+        """Wait up to `timeout` for a hash job, when nothing else is in flight."""
+        jobs = [ranged.hashing for ranged in self.ranged if ranged.hashing is not None]
+        if jobs:
+            from concurrent.futures import FIRST_COMPLETED, wait
+
+            wait(jobs, timeout, FIRST_COMPLETED)
+
+    def _drop(self, ranged: RangedFile) -> None:
+        """Give up `ranged` and remove its spool. Its parts in flight stop at their next
+        chunk and end as usual (taking their handles out here could leave one in the batch
+        of completions being handled); parts not started are skipped."""
+        ranged.cancelled = True
+        self.ranged.discard(ranged)
+        if ranged.hashing is not None:  # it reads the spool: let it end before the close
+            from concurrent.futures import wait
+
+            wait([ranged.hashing])
+        ranged.spool.discard()
+
+    # -- watching and stopping -----------------------------------------------------------
+    def in_flight(self) -> tuple[int, list[InFlight]]:
+        """(bytes of big bodies on their way, (name, done, total) of each)."""
+        entries: list[InFlight] = [(body.transfer[1], body.size, body.total)
+                                   for body in self.active.values()
+                                   if isinstance(body, spooling.SpooledBody)]
+        entries += [(ranged.name, ranged.written, ranged.plan.total) for ranged in self.ranged]
+        return sum(entry[1] for entry in entries), entries
+
+    def abandon(self) -> None:
+        for handle in list(self.active):
+            body = self._release(handle)
+            self._free(handle)
+            if isinstance(body, spooling.SpooledBody):
+                body.spool.discard()
+        for ranged in list(self.ranged):
+            self._drop(ranged)
+        self.pending.clear()
+
+    def close(self) -> None:
+        if self.hasher is not None:
+            self.hasher.shutdown(wait=True)
+            self.hasher = None
+

@@ -1,0 +1,190 @@
+"""A big file fetched as byte ranges over several connections into one spool file.
+
+When the first attempt at a body is stopped for being bigger than --spool-above, its
+headers say whether splitting is safe: a 200 with a Content-Length of at least
+--split-above, `Accept-Ranges: bytes`, and a strong validator (ETag, else Last-Modified)
+that every part sends back in If-Range. Each part is a transfer like a small file's: it
+takes a handle, counts against --concurrency, is retried on its own, and writes its bytes
+by offset (pwrite). A part is trusted only when the answer is a 206 whose Content-Range
+names exactly the range asked for; a 200 (the server ignores ranges, or the file changed
+and If-Range no longer matches) or any other Content-Range restarts the file as one
+stream, so a file never mixes bytes of two versions.
+
+MD5 is sequential: the parts are hashed in file order by one thread per worker as the
+leading parts complete (reading back from the page cache), beside the transfers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from bulkfetch.engine.digests import final_headers, final_status, stated_digests, strongest
+from bulkfetch.sinks.base import SinkFailure, SinkFatal
+from bulkfetch.sinks.spool import FileSpool
+
+READ_CHUNK = 1 << 20  # bytes read back per hash update
+
+
+@dataclass(frozen=True, slots=True)
+class SplitPlan:
+    """What the first response said about a file that may be fetched in ranges."""
+
+    total: int
+    validator: str  # sent back in If-Range
+    stated: dict[str, bytes]  # the whole file's digests the response stated
+
+
+def split_plan(lines: list[bytes], split_above: int, parts: int) -> SplitPlan | None:
+    """A plan when the response in `lines` allows splitting its file, else None."""
+    if parts < 2 or final_status(lines) != 200:
+        return None
+    headers = final_headers(lines)
+    length = headers.get("content-length", "")
+    if not length.isdigit() or int(length) < max(split_above, parts):
+        return None
+    if "bytes" not in headers.get("accept-ranges", "").lower():
+        return None
+    etag = headers.get("etag", "")
+    validator = etag if etag.startswith('"') else headers.get("last-modified", "")
+    if not validator:  # nothing would tell a changed file from the one we started
+        return None
+    return SplitPlan(int(length), validator, stated_digests(headers))
+
+
+def ranges(total: int, parts: int) -> list[tuple[int, int]]:
+    """`parts` contiguous [start, end) ranges covering `total` bytes, sizes within one."""
+    base, extra = divmod(total, parts)
+    out, start = [], 0
+    for number in range(parts):
+        end = start + base + (number < extra)
+        out.append((start, end))
+        start = end
+    return out
+
+
+@dataclass(slots=True, eq=False)
+class RangedFile:
+    """One file in parts: where its bytes go and how far they are hashed."""
+
+    transfer: Any  # the file's transfer tuple (page state, name, url, attempt)
+    spool: FileSpool
+    plan: SplitPlan
+    parts_wanted: int = 2
+    parts: list[Part] = field(default_factory=list)
+    done: int = 0  # parts complete
+    cancelled: bool = False
+    hash_submitted: int = 0  # bytes handed to the hashing thread, from 0 on
+    hashing: Any = None  # the Future of the last hash job
+    md5: Any = field(default_factory=hashlib.md5)
+    other: Any = None  # the strongest non-MD5 digest stated, when there is one
+
+    def __post_init__(self) -> None:
+        other = strongest(self.plan.stated)
+        if other is not None:
+            self.other = hashlib.new(other[0])
+        self.parts = [Part(self, start, end) for start, end in
+                      ranges(self.plan.total, self.parts_wanted)]
+
+    @property
+    def name(self) -> str:
+        return self.transfer[1]
+
+    @property
+    def written(self) -> int:
+        return sum(part.written for part in self.parts)
+
+    def hashable_end(self) -> int:
+        """The end of the leading run of complete parts."""
+        end = 0
+        for part in self.parts:
+            if not part.complete:
+                break
+            end = part.end
+        return end
+
+    def hash_region(self, start: int, end: int) -> None:
+        """Runs on the hashing thread: bytes [start, end) of the spool into the hashers
+        (hashlib and pread release the GIL)."""
+        hashers = [self.md5] if self.other is None else [self.md5, self.other]
+        offset = start
+        while offset < end:
+            chunk = os.pread(self.spool.fd, min(READ_CHUNK, end - offset), offset)
+            if not chunk:
+                raise OSError(0, f"the spool of {self.name} ended at byte {offset}")
+            for hasher in hashers:
+                hasher.update(chunk)
+            offset += len(chunk)
+
+    def mismatch(self) -> str | None:
+        """Why the complete file is not the one the server meant, or None."""
+        md5 = self.plan.stated.get("md5")
+        if md5 is not None and md5 != self.md5.digest():
+            return "MD5 of the file's ranges does not match the server's ETag/Content-MD5"
+        if self.other is not None and self.other.digest() != strongest(self.plan.stated)[1]:
+            return f"{self.other.name.upper()} of the file's ranges does not match the server's"
+        return None
+
+    @property
+    def checked_by_size_only(self) -> bool:
+        return not self.plan.stated
+
+
+@dataclass(slots=True, eq=False)
+class Part:
+    """One range of a RangedFile, as one transfer attempt."""
+
+    file: RangedFile
+    start: int
+    end: int  # exclusive
+    lines: list[bytes] = field(default_factory=list)  # the handle's header lines
+    written: int = 0
+    status: int = 0
+    problem: str = ""  # the answer cannot be trusted: the file restarts as one stream
+    error: SinkFailure | SinkFatal | None = None
+    retry_after: float | None = None
+    announced: float = -1
+    started: bool = False
+    complete: bool = False
+
+    def reset(self) -> None:
+        """Ready for another attempt."""
+        self.written = self.status = 0
+        self.problem = ""
+        self.error = None
+        self.started = False
+
+    def headers(self) -> list[str]:
+        return [f"Range: bytes={self.start}-{self.end - 1}",
+                f"If-Range: {self.file.plan.validator}"]
+
+    def write(self, data: bytes) -> int | None:
+        """libcurl's write callback; 0 stops the transfer (see the module's docstring)."""
+        if self.file.cancelled:  # another part made the file start over, or fail
+            return 0
+        if not self.started:
+            self.started = True
+            self.status = final_status(self.lines)
+            if self.status == 200:
+                self.problem = ("the server answered a range with the whole file (200): it "
+                                "changed, or it does not serve ranges after all")
+                return 0
+            if self.status != 206:
+                return 0  # judged by the status
+            want = f"bytes {self.start}-{self.end - 1}/{self.file.plan.total}"
+            got = final_headers(self.lines).get("content-range", "")
+            if got.lower() != want:
+                self.problem = f"the server sent Content-Range {got!r} for {want!r}"
+                return 0
+        if self.written + len(data) > self.end - self.start:
+            self.problem = f"the server sent more than the {self.end - self.start} bytes asked"
+            return 0
+        try:
+            self.file.spool.write_at(data, self.start + self.written)
+        except (SinkFailure, SinkFatal) as exc:
+            self.error = exc
+            return 0
+        self.written += len(data)
+        return None
