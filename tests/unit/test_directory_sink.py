@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch.sinks.base import SinkFailure
+from bulkfetch.sinks.base import SinkFailure, Spool
 from bulkfetch.sinks.directory import TMP_DIR, DirectorySink
+from bulkfetch.sinks.null import NullSink
 
 
 @pytest.fixture
@@ -87,3 +88,54 @@ def test_fanout_places_flat_and_nested_names_under_hash_directories(tmp_path: Pa
         digest = hashlib.md5(name.encode()).hexdigest()
         assert (dest / digest[:2] / digest[2:4] / name).read_bytes() == body
     assert not (dest / "flat").exists()
+
+
+# -- bodies streamed to a spool -------------------------------------------------------------
+BIG = bytes(range(256)) * 4099 + b"tail"  # not a multiple of any block
+
+
+def spool(sink: DirectorySink | NullSink, name: str, body: bytes) -> Spool:
+    spooled = sink.open_spool(name)
+    for at in range(0, len(body), 65536):
+        spooled.write(body[at : at + 65536])
+    return spooled
+
+
+def test_dir_a_spooled_file_appears_only_when_stored(sink: DirectorySink) -> None:
+    spooled = spool(sink, "a/b/big.bin", BIG)
+    assert not (sink.dest / "a").exists()
+    sink.store_spool(0, "a/b/big.bin", spooled, len(BIG), hashlib.md5(BIG).hexdigest())
+    assert (sink.dest / "a/b/big.bin").read_bytes() == BIG
+    assert oct((sink.dest / "a/b/big.bin").stat().st_mode & 0o777) == "0o644"
+
+
+def test_dir_a_spool_replaces_an_old_file_and_a_discarded_one_leaves_nothing(
+        sink: DirectorySink) -> None:
+    (sink.dest / "f").write_bytes(b"old")
+    spool(sink, "f", b"half of it").discard()
+    assert (sink.dest / "f").read_bytes() == b"old"
+    spooled = spool(sink, "f", BIG)
+    sink.store_spool(0, "f", spooled, len(BIG), "")
+    assert (sink.dest / "f").read_bytes() == BIG
+
+
+def test_dir_a_directory_in_the_way_fails_the_file_and_removes_the_spool(
+        sink: DirectorySink) -> None:
+    (sink.dest / "taken" / "inside").mkdir(parents=True)
+    spooled = spool(sink, "taken", BIG)
+    with pytest.raises(SinkFailure, match="a directory is in the way of taken"):
+        sink.store_spool(0, "taken", spooled, len(BIG), "")
+    spooled = spool(sink, "taken/inside/x", BIG)
+    (sink.dest / "file").write_bytes(b"")
+    spooled2 = spool(sink, "file/x", BIG)
+    with pytest.raises(SinkFailure, match="not a directory"):
+        sink.store_spool(0, "file/x", spooled2, len(BIG), "")
+    sink.store_spool(0, "taken/inside/x", spooled, len(BIG), "")
+    assert (sink.dest / "taken/inside/x").read_bytes() == BIG
+
+
+def test_the_null_sinks_spool_keeps_nothing(tmp_path: Path) -> None:
+    null = NullSink()
+    spooled = spool(null, "x", BIG)
+    null.store_spool(0, "x", spooled, len(BIG), "")
+    assert list(tmp_path.iterdir()) == []

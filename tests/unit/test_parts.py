@@ -25,16 +25,15 @@ def lines(*headers: str, status: str = "HTTP/1.1 200 OK") -> list[bytes]:
 SPLITTABLE = ("Content-Length: 1000", "Accept-Ranges: bytes", 'ETag: "abc"')
 
 
-def test_a_file_is_split_only_when_the_server_makes_it_safe() -> None:
-    plan = split_plan(lines(*SPLITTABLE), 1000, 4)
+def test_a_file_goes_by_ranges_only_when_the_server_makes_it_safe() -> None:
+    plan = split_plan(lines(*SPLITTABLE))
     assert plan == SplitPlan(1000, '"abc"', {})
-    assert split_plan(lines(*SPLITTABLE), 1001, 4) is None  # below --split-above
-    assert split_plan(lines(*SPLITTABLE), 1000, 1) is None  # --parts 1
-    assert split_plan(lines(*SPLITTABLE[:2]), 1000, 4) is None  # no validator
-    assert split_plan(lines(SPLITTABLE[0], SPLITTABLE[2]), 1000, 4) is None  # no ranges
-    assert split_plan(lines(*SPLITTABLE, status="HTTP/1.1 404 Not Found"), 1, 4) is None
+    assert split_plan(lines(*SPLITTABLE[:2])) is None  # no validator
+    assert split_plan(lines(SPLITTABLE[0], SPLITTABLE[2])) is None  # no ranges
+    assert split_plan(lines(*SPLITTABLE[1:])) is None  # no length
+    assert split_plan(lines(*SPLITTABLE, status="HTTP/1.1 404 Not Found")) is None
     weak = split_plan(lines(*SPLITTABLE[:2], 'ETag: W/"abc"',
-                            "Last-Modified: Wed, 01 Jan 2025 00:00:00 GMT"), 1000, 4)
+                            "Last-Modified: Wed, 01 Jan 2025 00:00:00 GMT"))
     assert weak is not None and weak.validator == "Wed, 01 Jan 2025 00:00:00 GMT"
 
 
@@ -72,7 +71,8 @@ def test_parts_written_out_of_order_hash_to_the_whole_file(tmp_path: Path) -> No
         answer(part)
         assert set(feed(part, BODY[part.start : part.end])) == {None}
         assert part.problem == "" and part.written == part.end - part.start
-    assert file.hashable_end() == 0  # nothing is complete until the fetcher says so
+    # parts write in order within themselves: the first one's bytes are hashable already
+    assert file.hashable_end() == file.parts[0].end
     for part in file.parts:
         part.complete = True
     assert file.hashable_end() == TOTAL and file.written == TOTAL
@@ -128,5 +128,26 @@ def test_more_bytes_than_the_range_stop_the_part_and_an_error_status_is_judged_l
 def test_digests_in_a_plan_come_from_repr_digest_too() -> None:
     sha = hashlib.sha256(BODY).digest()
     plan = split_plan(lines(*SPLITTABLE,
-                            f"Repr-Digest: sha-256=:{base64.b64encode(sha).decode()}:"), 1, 2)
+                            f"Repr-Digest: sha-256=:{base64.b64encode(sha).decode()}:"))
     assert plan is not None and plan.stated == {"sha256": sha}
+
+
+def test_a_part_that_broke_off_asks_for_the_rest_only(tmp_path: Path) -> None:
+    file = ranged(tmp_path, parts=2)
+    part = file.parts[1]
+    answer(part)
+    assert part.headers()[0] == f"Range: bytes={part.start}-{part.end - 1}"
+    half = (part.end - part.start) // 2
+    feed(part, BODY[part.start : part.start + half])
+    assert file.hashable_end() == 0  # part 0 has nothing yet
+    part.reset()  # the connection broke: the next attempt
+    rest = f"bytes {part.start + half}-{part.end - 1}/{TOTAL}"
+    assert part.headers()[0] == f"Range: {rest.replace(' ', '=').replace('/' + str(TOTAL), '')}"
+    part.lines = lines(f"Content-Range: {rest}", status="HTTP/1.1 206 Partial Content")
+    assert set(feed(part, BODY[part.start + half : part.end])) == {None}
+    assert part.written == part.end - part.start
+    first = file.parts[0]
+    answer(first)
+    feed(first, BODY[: first.end])
+    assert (tmp_path / "spool").read_bytes() == BODY
+    file.spool.discard()

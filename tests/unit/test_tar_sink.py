@@ -16,6 +16,8 @@ import pytest
 from bulkfetch import index
 from bulkfetch.models import Failure, PageReport
 from bulkfetch.sinks import tar, ustar
+from bulkfetch.sinks.base import Spool
+from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.tar import TarSink
 from bulkfetch.sinks.ustar import pax_records
 
@@ -426,3 +428,81 @@ def test_reports_of_shards_closed_before_a_failure_travel_with_it(tmp_path: Path
     assert sink.closing == deque() and list(tmp_path.glob("dest/*.part")) == []
     sink.close()
     assert SinkFatal("plain").released == []
+
+
+# -- bodies streamed to a spool -------------------------------------------------------------
+BIG = bytes(range(256)) * 4099 + b"tail"  # not a multiple of the tar block
+
+
+@pytest.fixture
+def fixed_mtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One mtime for every shard, so shards packed apart can be compared byte for byte."""
+    monkeypatch.setattr(tar.time, "time", lambda: 1_700_000_000.0)
+
+
+def spool_into(sink: TarSink, name: str, body: bytes) -> Spool:
+    spooled = sink.open_spool(name)
+    for at in range(0, len(body), 65536):
+        spooled.write(body[at : at + 65536])
+    return spooled
+
+
+def tar_dest(path: Path) -> TarSink:
+    (path / TMP_DIR).mkdir(parents=True)
+    index.connect(path, create=True).close()
+    return TarSink(path, 0, 1000, 1 << 30)
+
+
+def pack(dest: Path, files: dict[str, bytes], spooled: set[str]) -> bytes:
+    """One page of `files` into a new tar sink, the names in `spooled` through a spool;
+    the closed shard's bytes."""
+    sink = tar_dest(dest)
+    write = sink.begin_page(0)
+    for name, body in files.items():
+        if name in spooled:
+            sink.store_spool(0, name, spool_into(sink, name, body), len(body),
+                             hashlib.md5(body).hexdigest())
+        else:
+            write(name, body, None)
+    sink.end_page(PageReport(0, len(files), sum(map(len, files.values()))))
+    sink.flush()
+    sink.close()
+    assert os.listdir(dest / TMP_DIR) == []
+    (shard,) = dest.glob("*.tar")
+    return shard.read_bytes()
+
+
+def test_tar_a_spooled_member_is_the_same_bytes_as_one_from_memory(
+        tmp_path: Path, fixed_mtime: None) -> None:
+    files = {"small-1": b"x" * 100, "big": BIG, "l" * 120 + "/caf\u00e9": BIG[:70000],
+             "small-2": b"", "empty-big": b""}
+    spooled = {"big", "l" * 120 + "/caf\u00e9", "empty-big"}
+    from_spools = pack(tmp_path / "a", files, spooled)
+    from_memory = pack(tmp_path / "b", files, set())
+    assert from_spools == from_memory
+    with tarfile.open(tmp_path / "a" / next(p.name for p in (tmp_path / "a").glob("*.tar"))) as t:
+        assert {m.name: t.extractfile(m).read() for m in t} == files
+
+
+def test_tar_a_discarded_spool_leaves_no_file(tmp_path: Path, fixed_mtime: None) -> None:
+    sink = tar_dest(tmp_path / "d")
+    sink.begin_page(0)
+    spool_into(sink, "x", BIG).discard()
+    assert os.listdir(tmp_path / "d" / TMP_DIR) == []
+    sink.close()
+
+
+def test_packer_advance_needs_a_flushed_buffer(tmp_path: Path, packer: str) -> None:
+    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT)
+    try:
+        made = ustar.new_packer(fd, "out", 0, accelerated=packer == "c")
+        made.append(b"abc")
+        with pytest.raises(ValueError, match="flushed"):
+            made.advance(10)
+        made.flush()
+        with pytest.raises(ValueError):
+            made.advance(-1)
+        made.advance(10)
+        assert made.offset == 13
+    finally:
+        os.close(fd)

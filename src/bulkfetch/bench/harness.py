@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,9 +132,11 @@ def _compile_package() -> None:
     compileall.compile_dir(os.path.dirname(bulkfetch.__file__), quiet=1)
 
 
-def start_reference(prefix: list[str], files: int, processes: int) -> Server:
+def start_reference(prefix: list[str], files: int, processes: int,
+                    extra: Sequence[str] = ()) -> Server:
+    """`bulkfetch serve` of `files` files (and the flags in `extra`) on a free port."""
     command = [*prefix, *bulkfetch_command(), "serve", "--port", "0", "--files", str(files),
-               "--processes", str(processes)]
+               "--processes", str(processes), *extra]
     server = Server(command, "bulkfetch serve")
     server.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       start_new_session=True)

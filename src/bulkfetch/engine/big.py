@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from bulkfetch.engine.fetcher import Fetcher
 
 _URL = pycurl.URL
+HASH_STEP = 8 << 20  # bytes written in order before they are handed to the hashing thread
 
 
 class BigFiles:
@@ -53,7 +54,7 @@ class BigFiles:
     def too_big(self, transfer: tuple[Any, ...], lines: list[bytes]) -> None:
         """The in-memory attempt at `transfer` stopped at --spool-above; `lines` are its
         response's headers."""
-        plan = split_plan(lines, self.split_above, self.parts)
+        plan = split_plan(lines)
         if plan is None:
             self.pending.append(transfer)
             return
@@ -67,7 +68,8 @@ class BigFiles:
             spool.discard()
             self.pending.append(transfer)
             return
-        ranged = RangedFile(transfer, spool, plan, self.parts)
+        parts = self.parts if plan.total >= max(self.split_above, self.parts) else 1
+        ranged = RangedFile(transfer, spool, plan, parts)
         self.ranged.add(ranged)
         self.pending.extend((*transfer, part) for part in ranged.parts)
 
@@ -211,10 +213,17 @@ class BigFiles:
             return
         part.complete = True
         ranged.done += 1
+        self._hash_more(ranged, 0)
+
+    def _hash_more(self, ranged: RangedFile, at_least: int) -> None:
+        """Hand the hashing thread what is newly written in order, if it is `at_least`
+        bytes (or the rest of the file)."""
         end = ranged.hashable_end()
+        if end - ranged.hash_submitted <= at_least and end < ranged.plan.total:
+            return
         if end > ranged.hash_submitted:
             if self.hasher is None:
-                # loaded only when a file is split: 9 ms of start-up every run would pay
+                # loaded only when a file goes by ranges: 9 ms of start-up a run would pay
                 from concurrent.futures import ThreadPoolExecutor
 
                 self.hasher = ThreadPoolExecutor(1, thread_name_prefix="bulkfetch-hash")
@@ -222,9 +231,12 @@ class BigFiles:
             ranged.hash_submitted = end
 
     def poll(self) -> None:
-        """Store the ranged files whose every part is in and hashed."""
-        for ranged in [r for r in self.ranged if r.hash_submitted == r.plan.total
-                       and r.hashing is not None and r.hashing.done()]:
+        """Hash what came in order since; store the files whose every part is in and
+        hashed."""
+        for ranged in self.ranged:
+            self._hash_more(ranged, HASH_STEP)
+        for ranged in [r for r in self.ranged if r.done == len(r.parts)
+                       and r.hash_submitted == r.plan.total and r.hashing.done()]:
             self.ranged.discard(ranged)
             try:
                 ranged.hashing.result()

@@ -1,17 +1,20 @@
-"""A big file fetched as byte ranges over several connections into one spool file.
+"""A big file fetched as byte ranges into one spool file: one range, or several over
+separate connections.
 
 When the first attempt at a body is stopped for being bigger than --spool-above, its
-headers say whether splitting is safe: a 200 with a Content-Length of at least
---split-above, `Accept-Ranges: bytes`, and a strong validator (ETag, else Last-Modified)
-that every part sends back in If-Range. Each part is a transfer like a small file's: it
-takes a handle, counts against --concurrency, is retried on its own, and writes its bytes
-by offset (pwrite). A part is trusted only when the answer is a 206 whose Content-Range
-names exactly the range asked for; a 200 (the server ignores ranges, or the file changed
-and If-Range no longer matches) or any other Content-Range restarts the file as one
-stream, so a file never mixes bytes of two versions.
+headers say whether ranges are safe: a 200 with a Content-Length, `Accept-Ranges: bytes`,
+and a strong validator (ETag, else Last-Modified) that every range request sends back in
+If-Range. A file of at least --split-above gets --parts ranges, a smaller one a single
+range. Each part is a transfer like a small file's: it takes a handle, counts against
+--concurrency, and writes its bytes by offset (pwrite). A part that breaks off is retried
+from where it stopped, not from its start. A part is trusted only when the answer is a
+206 whose Content-Range names exactly the range asked for; a 200 (the server ignores
+ranges, or the file changed and If-Range no longer matches) or any other Content-Range
+restarts the file as one plain stream, so a file never mixes bytes of two versions.
 
-MD5 is sequential: the parts are hashed in file order by one thread per worker as the
-leading parts complete (reading back from the page cache), beside the transfers.
+MD5 is sequential: one thread per worker hashes the file in order, reading back from the
+page cache what is written contiguously from byte 0 on, while the transfers go on, so a
+file's hashing and its download use two cores.
 """
 
 from __future__ import annotations
@@ -37,13 +40,13 @@ class SplitPlan:
     stated: dict[str, bytes]  # the whole file's digests the response stated
 
 
-def split_plan(lines: list[bytes], split_above: int, parts: int) -> SplitPlan | None:
-    """A plan when the response in `lines` allows splitting its file, else None."""
-    if parts < 2 or final_status(lines) != 200:
+def split_plan(lines: list[bytes]) -> SplitPlan | None:
+    """A plan when the response in `lines` allows fetching its file in ranges, else None."""
+    if final_status(lines) != 200:
         return None
     headers = final_headers(lines)
     length = headers.get("content-length", "")
-    if not length.isdigit() or int(length) < max(split_above, parts):
+    if not length.isdigit() or int(length) == 0:
         return None
     if "bytes" not in headers.get("accept-ranges", "").lower():
         return None
@@ -97,11 +100,12 @@ class RangedFile:
         return sum(part.written for part in self.parts)
 
     def hashable_end(self) -> int:
-        """The end of the leading run of complete parts."""
+        """The end of what is written contiguously from byte 0 (parts write in order
+        within themselves, so the first unfinished part adds its written prefix)."""
         end = 0
         for part in self.parts:
             if not part.complete:
-                break
+                return part.start + part.written
             end = part.end
         return end
 
@@ -140,7 +144,8 @@ class Part:
     start: int
     end: int  # exclusive
     lines: list[bytes] = field(default_factory=list)  # the handle's header lines
-    written: int = 0
+    written: int = 0  # bytes from `start` on, kept across attempts
+    begin: int = 0  # where this attempt's range begins: start + written at its start
     status: int = 0
     problem: str = ""  # the answer cannot be trusted: the file restarts as one stream
     error: SinkFailure | SinkFatal | None = None
@@ -149,15 +154,19 @@ class Part:
     started: bool = False
     complete: bool = False
 
+    def __post_init__(self) -> None:
+        self.begin = self.start
+
     def reset(self) -> None:
-        """Ready for another attempt."""
-        self.written = self.status = 0
+        """Ready for another attempt, from where the last one stopped."""
+        self.begin = self.start + self.written
+        self.status = 0
         self.problem = ""
         self.error = None
         self.started = False
 
     def headers(self) -> list[str]:
-        return [f"Range: bytes={self.start}-{self.end - 1}",
+        return [f"Range: bytes={self.begin}-{self.end - 1}",
                 f"If-Range: {self.file.plan.validator}"]
 
     def write(self, data: bytes) -> int | None:
@@ -173,7 +182,7 @@ class Part:
                 return 0
             if self.status != 206:
                 return 0  # judged by the status
-            want = f"bytes {self.start}-{self.end - 1}/{self.file.plan.total}"
+            want = f"bytes {self.begin}-{self.end - 1}/{self.file.plan.total}"
             got = final_headers(self.lines).get("content-range", "")
             if got.lower() != want:
                 self.problem = f"the server sent Content-Range {got!r} for {want!r}"

@@ -1,0 +1,117 @@
+"""One big file in ranges, beside aria2c, from a server that paces each connection:
+
+    python benchmarks/ranges.py [--size 4g] [--rate 40m] [--parts 8] [--work DIR]
+
+The reference server (`bulkfetch serve --bandwidth-per-connection RATE`, one process on
+core 0) serves one synthetic file of SIZE; every client row runs on core 1 into a fresh
+directory and is checked against the server's MD5 ETag:
+
+- `bulkfetch get` with --parts 1 (one connection) and with --parts N;
+- `aria2c -x N -s N` (aria2 checks nothing: it has no digest to check), and the same
+  followed by `md5sum` (what a user runs to know the file is right).
+
+Issue 18's bars: bulkfetch --parts N at least 6x its one-connection rate; at least aria2c's
+MB/s; CPU per byte at most aria2c's. bulkfetch hashes every byte it stores (MD5 against the
+ETag), so its CPU is also compared with aria2c + md5sum. The server hashes the whole body
+once before its first answer: an unmeasured HEAD warms it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from bigfiles import MIB, Row, md5_of
+from bulkfetch.server.sizes import parse_bytes
+from harness import bulkfetch_command, log, pinning, run_measured, settle, start_reference
+
+SPLIT_BAR = 6.0  # --parts N over one connection
+NAME = "f0000000000"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="4g", help="bytes of the file (k/m/g)")
+    parser.add_argument("--rate", default="40m", help="the server's bytes/s per connection")
+    parser.add_argument("--parts", type=int, default=8)
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args()
+    size = parse_bytes(args.size)
+    if shutil.which("aria2c") is None:
+        raise SystemExit("aria2c is missing: apt-get install aria2")
+    work = args.work or Path(tempfile.mkdtemp(prefix="bulkfetch-ranges-"))
+    work.mkdir(parents=True, exist_ok=True)
+    pin = pinning()
+    server = start_reference(pin.server, 1, 1, extra=[
+        "--file-size", args.size, "--bandwidth-per-connection", args.rate])
+    url = f"{server.url}/get/{NAME}"
+    (work / "one.txt").write_text(url + "\n")
+    rows: list[Row] = []
+    checks: list[str] = []
+    try:
+        log(f"warming the server (it hashes the {args.size} body once) ...")
+        request = urllib.request.Request(url, method="HEAD")
+        with urllib.request.urlopen(request, timeout=600) as answer:
+            etag = answer.headers["ETag"].strip('"')
+        bulkfetch = [*pin.client, *bulkfetch_command(), "get", "--from-file",
+                     str(work / "one.txt"), "-w", "1", "--quiet", "--split-above", "1m"]
+        for parts in (args.parts, 1):
+            dest = work / f"bulkfetch-{parts}"
+            settle(dest, pause=1.0)
+            log(f"bulkfetch --parts {parts} ...")
+            run = run_measured([*bulkfetch, str(dest), "--parts", str(parts)])
+            right = run.returncode == 0 and md5_of(dest / "get" / NAME) == etag
+            rows.append(Row(f"bulkfetch --parts {parts}", size, run))
+            checks.append(f"{rows[-1].label}: {'right' if right else 'WRONG'}")
+            settle(dest, pause=1.0)
+        dest = work / "aria2c"
+        settle(dest, pause=1.0)
+        log(f"aria2c -x {args.parts} -s {args.parts} ...")
+        aria = run_measured([*pin.client, "aria2c", "-q", f"-x{args.parts}", f"-s{args.parts}",
+                             "--file-allocation=none", "--allow-overwrite=true",
+                             "--auto-file-renaming=false", "-d", str(dest), "-o", NAME, url])
+        rows.append(Row(f"aria2c -x{args.parts} -s{args.parts}", size, aria))
+        summed = run_measured([*pin.client, "md5sum", str(dest / NAME)])
+        right = aria.returncode == 0 and summed.stdout.split()[0] == etag
+        checks.append(f"aria2c: {'right' if right else 'WRONG'}")
+        rows.append(Row("md5sum FILE (after aria2c)", size, summed))
+        settle(dest, pause=0.5)
+    finally:
+        server.stop()
+        if args.work is None:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(work)
+    report(args, size, pin.note, rows, checks)
+
+
+def report(args: argparse.Namespace, size: int, placement: str, rows: list[Row],
+           checks: list[str]) -> None:
+    print(f"\n## One file of {size / MIB:,.0f} MiB, server paced to {args.rate}/s per "
+          f"connection ({placement})\n")
+    print("| row | seconds | MB/s | CPU s per GiB | peak RSS MB |")
+    print("|---|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row.label} | {row.run.seconds:.1f} | {row.mb_per_s:,.0f} | "
+              f"{row.cpu_s_per_gib:.2f} | {row.run.peak_rss / MIB:.0f} |")
+    split, single, aria, md5 = rows
+    print()
+    print("- checked against the ETag: " + "; ".join(checks))
+    ratio = split.mb_per_s / single.mb_per_s
+    print(f"- [{'x' if ratio >= SPLIT_BAR else ' '}] --parts {args.parts} × one connection "
+          f"{ratio:.2f} (>= {SPLIT_BAR})")
+    ratio = split.mb_per_s / aria.mb_per_s
+    print(f"- [{'x' if ratio >= 1 else ' '}] bulkfetch MB/s × aria2c {ratio:.3f} (>= 1)")
+    ratio = split.cpu_s_per_gib / aria.cpu_s_per_gib
+    print(f"- [{'x' if ratio <= 1 else ' '}] bulkfetch CPU per byte × aria2c {ratio:.3f} "
+          f"(<= 1; aria2c checks no digest)")
+    ratio = split.cpu_s_per_gib / (aria.cpu_s_per_gib + md5.cpu_s_per_gib)
+    print(f"- [{'x' if ratio <= 1 else ' '}] bulkfetch CPU per byte × (aria2c + md5sum) "
+          f"{ratio:.3f} (<= 1, the bar proposed for a download that is verified)")
+
+
+if __name__ == "__main__":
+    main()
