@@ -196,15 +196,19 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
 @cli.command(context_settings=CONTEXT)
 @click.argument("dest", type=click.Path(file_okay=False))
 def status(dest: str) -> None:
-    """Summarise the run in DEST from its journal: finished, running or interrupted."""
+    """Summarise the run in DEST from its journal: finished, running or interrupted, and the
+    partial big files a rerun resumes."""
     from pathlib import Path
 
+    from bulkfetch.engine.resume import describe_partials
     from bulkfetch.journal import read_status, render_status
 
     try:
         click.echo(render_status(read_status(Path(dest))))
     except UsageError as exc:
         raise _usage(exc) from None
+    for line in describe_partials(Path(dest)):
+        click.echo(line)
 
 
 @cli.command(context_settings=CONTEXT)

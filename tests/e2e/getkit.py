@@ -16,7 +16,8 @@ from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.sizes import parse_size_spec
 
 STATE = ".bulkfetch"
-STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp"}
+STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp",
+                 "partial"}
 
 
 def dataset(files: int, nested: bool = False, seed: int = 0) -> SyntheticDataSet:
@@ -47,6 +48,8 @@ def assert_state_clean(dest: Path) -> None:
     state = dest / STATE
     assert set(os.listdir(state)) <= STATE_ENTRIES, os.listdir(state)
     assert os.listdir(state / "tmp") == [], "temporary files left behind"
+    if (state / "partial").exists():
+        assert os.listdir(state / "partial") == [], "partial files left behind"
 
 
 def assert_complete(dest: Path, expected: dict[str, str]) -> None:

@@ -8,10 +8,13 @@ import base64
 import hashlib
 import http.server
 import json
+import os
+import signal
 import subprocess
 import sys
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import pytest
 from getkit import assert_complete, assert_state_clean, get
 
 from bulkfetch.bench.harness import run_measured
+from bulkfetch.engine import resume
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
@@ -223,3 +227,76 @@ def test_a_split_file_no_digest_vouches_for_is_said_to_be_checked_by_size(
     assert proc.returncode == 0, proc.stderr
     assert report["ranged_size_only"] == 1 and report["ranged_restarts"] == 0
     assert (tmp_path / "d" / "ranged").read_bytes() == BIG
+
+
+# -- resuming a big file byte by byte ---------------------------------------------------------
+RESUMED = "64m"
+RESUMED_TOTAL = 64 << 20
+PACED = ("--files", "1", "--file-size", RESUMED, "--bandwidth-per-connection", "8m")
+
+
+def start_get(url: str, dest: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "bulkfetch", "get", url, str(dest), "-w", "1",
+                             "--quiet", "--split-above", "16m", "--parts", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def stop_at_half(process: subprocess.Popen[str], dest: Path, sig: int) -> int:
+    """Send `sig` to the run's process group once a durable record says about half the
+    file is on disk; the bytes that record claims."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = resume.records(dest)
+        if found and found[0].written >= RESUMED_TOTAL * 0.45:
+            os.killpg(process.pid, sig)
+            process.communicate(timeout=30)
+            return found[0].written
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    raise AssertionError("the download never reached half")
+
+
+def sent_for_the_file(requests: list, since: int) -> tuple[int, list[int]]:
+    """Bytes the server was asked for the file after request number `since`, and the
+    statuses."""
+    asked = [r for r in requests[since:] if r.target.startswith("/get/")]
+    return sum(r.length for r in asked), [r.status for r in asked]
+
+
+def test_kill_9_at_half_then_the_rerun_fetches_only_the_missing_bytes(tmp_path: Path) -> None:
+    dest = tmp_path / "d"
+    with ReferenceServer(*PACED, access_log=True) as server:
+        kept = stop_at_half(start_get(server.url, dest), dest, signal.SIGKILL)
+        assert kept < RESUMED_TOTAL
+        status = subprocess.run([sys.executable, "-m", "bulkfetch", "status", str(dest)],
+                                capture_output=True, text=True, timeout=60)
+        assert "partial files (a rerun fetches only their missing bytes): 1" in status.stdout
+        assert "f0000000000: " in status.stdout
+        before = len(server.requests())
+        proc, report = get(server.url, dest, tmp_path / "r.json", "-w", "1", "--quiet",
+                           "--split-above", "16m", "--parts", "2")
+        asked, statuses = sent_for_the_file(server.requests(), before)
+    assert proc.returncode == 0, proc.stderr
+    assert statuses and set(statuses) == {206}, statuses
+    assert asked <= RESUMED_TOTAL - kept and asked <= RESUMED_TOTAL * 0.55, (asked, kept)
+    assert report["ranged_restarts"] == 0
+    assert_complete(dest, expected(1, RESUMED))
+    assert os.listdir(dest / ".bulkfetch" / "partial") == []
+
+
+def test_a_file_changed_between_runs_starts_over_and_ends_as_the_new_file(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "d"
+    with ReferenceServer(*PACED) as server:
+        stop_at_half(start_get(server.url, dest), dest, signal.SIGINT)  # Ctrl-C keeps it
+        port = server.url.rsplit(":", 1)[1]
+    # the same URL (the journal's source), every file rewritten
+    with ReferenceServer(*PACED, "--etag-salt", "rewritten", "--port", port) as server:
+        proc, report = get(server.url, dest, tmp_path / "r.json", "-w", "1", "--quiet",
+                           "--split-above", "16m", "--parts", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert report["ranged_restarts"] == 1
+    data = SyntheticDataSet(1, 1000, 0, parse_size_spec(RESUMED), salt="rewritten")
+    assert_complete(dest, {data.name(0): hashlib.md5(data.body(0)).hexdigest()})
+    assert os.listdir(dest / ".bulkfetch" / "partial") == []

@@ -103,7 +103,8 @@ def test_300k_files_into_tar_under_faults_and_three_kills(reference_server, tmp_
 
 def test_ctrl_c_closes_the_shard_with_the_pages_in_hand(reference_server, tmp_path):
     files = 20_000
-    server = reference_server("--files", str(files), "--page-size", "100", "--latency", "2")
+    # 20 ms a file: the run takes seconds, so the interrupt a second in always finds work left
+    server = reference_server("--files", str(files), "--page-size", "100", "--latency", "20")
     dest = tmp_path / "dest"
     cmd = command(server.url, dest, "--sink", "tar", "--quiet")
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,

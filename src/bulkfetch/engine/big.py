@@ -9,19 +9,23 @@ moving beside them; a part is one transfer like any other.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pycurl
 
-from bulkfetch.engine import spooling
+from bulkfetch.engine import resume, spooling
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
     header_value,
     retry_after_seconds,
     retryable_status,
 )
-from bulkfetch.engine.parts import Part, RangedFile, split_plan
+from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.models import InFlight
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
 
@@ -32,6 +36,12 @@ if TYPE_CHECKING:
 
 _URL = pycurl.URL
 HASH_STEP = 8 << 20  # bytes written in order before they are handed to the hashing thread
+# A ranged file's bytes are made durable and recorded every CHECKPOINT_S seconds, or
+# every CHECKPOINT_BYTES, while at least CHECKPOINT_MIN bytes came since the last record:
+# a kill -9 costs the rerun about a second of the transfer.
+CHECKPOINT_S = 1.0
+CHECKPOINT_BYTES = 256 << 20
+CHECKPOINT_MIN = 1 << 20
 
 
 class BigFiles:
@@ -47,6 +57,8 @@ class BigFiles:
         self.slots = max(1, limits.concurrency // 2)
         self.ranged: set[RangedFile] = set()  # files in parts, not yet stored or dropped
         self.hasher: ThreadPoolExecutor | None = None  # hashes ranged files in file order
+        # Names with a partial file a killed run left (engine/resume.py): read once.
+        self.partials = resume.names_with_records(Path(fetcher.options.dest))
         self.restarts = 0  # ranged files started over as one stream
         self.size_only = 0  # ranged files no whole-file digest vouched for
 
@@ -59,19 +71,67 @@ class BigFiles:
             self.pending.append(transfer)
             return
         state, name = transfer[0], transfer[1]
+        key = resume.partial_key(name)
         try:
-            spool = self.fetcher.sink.open_spool(name)
+            spool = self.fetcher.sink.open_partial(key)
         except SinkFailure as exc:
             self.fetcher._fail(state, name, str(exc), transfer[3])
             return
-        if not hasattr(spool, "write_at"):  # the null sink keeps nothing to hash later
-            spool.discard()
+        if spool is None:  # the null sink keeps nothing to hash later or to resume
             self.pending.append(transfer)
             return
-        parts = self.parts if plan.total >= max(self.split_above, self.parts) else 1
-        ranged = RangedFile(transfer, spool, plan, parts)
+        record = self._usable(resume.load(spool.dir_fd, key), spool)
+        if (record is not None and record.name == name and record.total == plan.total
+                and record.validator == plan.validator):
+            ranged = RangedFile.resumed(transfer, spool, plan, record.parts)
+        else:  # nothing to resume, or bytes of another version of the file: start over
+            resume.remove(spool.dir_fd, key)
+            os.ftruncate(spool.fd, 0)
+            parts = self.parts if plan.total >= max(self.split_above, self.parts) else 1
+            ranged = RangedFile(transfer, spool, plan, parts)
+        self._begin(ranged)
+
+    def resume(self, transfer: tuple[Any, ...]) -> bool:
+        """Start `transfer` from the partial file a killed run left, asking only for the
+        missing bytes, if its record is there (else False: fetch it as usual)."""
+        name = transfer[1]
+        self.partials.discard(name)  # one partial file, one transfer
+        key = resume.partial_key(name)
+        try:
+            spool = self.fetcher.sink.open_partial(key)
+        except SinkFailure:
+            return False
+        if spool is None:
+            return False
+        record = self._usable(resume.load(spool.dir_fd, key), spool)
+        if record is None or record.name != name:
+            spool.close()
+            return False
+        stated = {algorithm: bytes.fromhex(value) for algorithm, value in record.digests}
+        plan = SplitPlan(record.total, record.validator, stated)
+        self._begin(RangedFile.resumed(transfer, spool, plan, record.parts))
+        return True
+
+    @staticmethod
+    def _usable(record: resume.PartialRecord | None,
+                spool: Any) -> resume.PartialRecord | None:
+        """`record`, unless its file holds fewer bytes than it claims (then the record
+        is removed and the file emptied: it starts over)."""
+        if record is None:
+            return None
+        if os.fstat(spool.fd).st_size >= max(start + written for start, _, written
+                                             in record.parts):
+            return record
+        resume.remove(spool.dir_fd, spool.name)
+        os.ftruncate(spool.fd, 0)
+        return None
+
+    def _begin(self, ranged: RangedFile) -> None:
+        ranged.recorded = ranged.written
+        ranged.recorded_at = time.monotonic()
         self.ranged.add(ranged)
-        self.pending.extend((*transfer, part) for part in ranged.parts)
+        self.pending.extend((*ranged.transfer, part) for part in ranged.parts
+                            if not part.complete)
 
     def start_some(self) -> None:
         free, pending, active = self.fetcher.free, self.pending, self.active
@@ -222,12 +282,8 @@ class BigFiles:
         if end - ranged.hash_submitted <= at_least and end < ranged.plan.total:
             return
         if end > ranged.hash_submitted:
-            if self.hasher is None:
-                # loaded only when a file goes by ranges: 9 ms of start-up a run would pay
-                from concurrent.futures import ThreadPoolExecutor
-
-                self.hasher = ThreadPoolExecutor(1, thread_name_prefix="bulkfetch-hash")
-            ranged.hashing = self.hasher.submit(ranged.hash_region, ranged.hash_submitted, end)
+            ranged.hashing = self._hasher().submit(ranged.hash_region, ranged.hash_submitted,
+                                                   end)
             ranged.hash_submitted = end
 
     def poll(self) -> None:
@@ -235,6 +291,10 @@ class BigFiles:
         hashed."""
         for ranged in self.ranged:
             self._hash_more(ranged, HASH_STEP)
+            new = ranged.written - ranged.recorded
+            if new >= CHECKPOINT_BYTES or (new >= CHECKPOINT_MIN and
+                                           time.monotonic() - ranged.recorded_at >= CHECKPOINT_S):
+                self._checkpoint(ranged)
         for ranged in [r for r in self.ranged if r.done == len(r.parts)
                        and r.hash_submitted == r.plan.total and r.hashing.done()]:
             self.ranged.discard(ranged)
@@ -250,8 +310,37 @@ class BigFiles:
                 continue
             if not ranged.plan.stated:
                 self.size_only += 1
+            resume.remove(ranged.spool.dir_fd, ranged.spool.name)
             self._store(ranged.transfer, ranged.spool, ranged.plan.total,
                         ranged.md5.hexdigest())
+
+    def _checkpoint(self, ranged: RangedFile, now: bool = False) -> None:
+        """Record the bytes written so far as durable: fsync, then the record, on the
+        hashing thread (behind its hash jobs) unless `now`."""
+        record = resume.PartialRecord(
+            ranged.name, ranged.plan.total, ranged.plan.validator,
+            tuple((part.start, part.end, part.written) for part in ranged.parts),
+            tuple((algorithm, raw.hex()) for algorithm, raw in ranged.plan.stated.items()))
+        ranged.recorded = ranged.written
+        ranged.recorded_at = time.monotonic()
+        spool = ranged.spool
+
+        def write() -> None:
+            os.fsync(spool.fd)
+            resume.save(spool.dir_fd, spool.name, record)
+
+        if now:
+            write()
+        else:
+            ranged.hashing = self._hasher().submit(write)  # FIFO: after the hash jobs
+
+    def _hasher(self) -> ThreadPoolExecutor:
+        if self.hasher is None:
+            # loaded only when a file goes by ranges: 9 ms of start-up a run would pay
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.hasher = ThreadPoolExecutor(1, thread_name_prefix="bulkfetch-hash")
+        return self.hasher
 
     def wait_hashing(self, timeout: float) -> None:
         """Wait up to `timeout` for a hash job, when nothing else is in flight."""
@@ -267,11 +356,18 @@ class BigFiles:
         of completions being handled); parts not started are skipped."""
         ranged.cancelled = True
         self.ranged.discard(ranged)
-        if ranged.hashing is not None:  # it reads the spool: let it end before the close
+        self._settle(ranged)
+        resume.remove(ranged.spool.dir_fd, ranged.spool.name)
+        ranged.spool.discard()
+
+    @staticmethod
+    def _settle(ranged: RangedFile) -> None:
+        """Let the hashing thread finish with `ranged` (it reads the spool, it may be
+        writing its record) before the spool is closed."""
+        if ranged.hashing is not None:
             from concurrent.futures import wait
 
             wait([ranged.hashing])
-        ranged.spool.discard()
 
     # -- watching and stopping -----------------------------------------------------------
     def in_flight(self) -> tuple[int, list[InFlight]]:
@@ -288,8 +384,12 @@ class BigFiles:
             self._free(handle)
             if isinstance(body, spooling.SpooledBody):
                 body.spool.discard()
-        for ranged in list(self.ranged):
-            self._drop(ranged)
+        for ranged in list(self.ranged):  # kept for the rerun, with what is durable now
+            self.ranged.discard(ranged)
+            self._settle(ranged)
+            with contextlib.suppress(OSError):  # a full disk: the last record stands
+                self._checkpoint(ranged, now=True)
+            ranged.spool.close()
         self.pending.clear()
 
     def close(self) -> None:

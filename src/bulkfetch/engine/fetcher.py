@@ -163,8 +163,16 @@ class Fetcher:
         urls = self.source.plain_urls(page.names)
         # --spool-above 0: every body streams (libcurl reads MAXFILESIZE 0 as no limit).
         queue = self.pending if self.spool_above else self.big.pending
-        if urls is not None:  # every name is plain: no per-name check, tuples built in C
+        if urls is not None and not self.big.partials:
+            # every name is plain: no per-name check, tuples built in C
             queue.extend(zip(repeat(state), page.names, urls, repeat(1)))
+            return
+        partials, resume = self.big.partials, self.big.resume
+        if urls is not None:  # plain names, and partial files a killed run left
+            for name, url in zip(page.names, urls, strict=True):
+                transfer = (state, name, url, 1)
+                if not (name in partials and resume(transfer)):
+                    queue.append(transfer)
             return
         resolve, pending = self.source.resolve, queue
         for item in page.names:
@@ -180,7 +188,8 @@ class Fetcher:
             if reason is not None:
                 self._fail(state, name, f"unsafe name: {reason}", 0)
                 continue
-            pending.append((state, name, url, 1))
+            if not (partials and name in partials and resume((state, name, url, 1))):
+                pending.append((state, name, url, 1))
         if state.remaining == 0:
             self._page_finished(state)
 

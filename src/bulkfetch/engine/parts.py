@@ -80,6 +80,8 @@ class RangedFile:
     done: int = 0  # parts complete
     cancelled: bool = False
     hash_submitted: int = 0  # bytes handed to the hashing thread, from 0 on
+    recorded: int = 0  # bytes written when the last durable record was made
+    recorded_at: float = 0.0  # and when (time.monotonic())
     hashing: Any = None  # the Future of the last hash job
     md5: Any = field(default_factory=hashlib.md5)
     other: Any = None  # the strongest non-MD5 digest stated, when there is one
@@ -90,6 +92,20 @@ class RangedFile:
             self.other = hashlib.new(other[0])
         self.parts = [Part(self, start, end) for start, end in
                       ranges(self.plan.total, self.parts_wanted)]
+
+    @classmethod
+    def resumed(cls, transfer: Any, spool: FileSpool, plan: SplitPlan,
+                layout: tuple[tuple[int, int, int], ...]) -> RangedFile:
+        """A file whose parts `layout` ((start, end, bytes written)) a killed run left."""
+        ranged = cls(transfer, spool, plan, len(layout))
+        ranged.parts = []
+        for start, end, written in layout:
+            part = Part(ranged, start, end, written=written)
+            part.begin = start + written
+            part.complete = written == end - start
+            ranged.done += part.complete
+            ranged.parts.append(part)
+        return ranged
 
     @property
     def name(self) -> str:

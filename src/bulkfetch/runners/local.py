@@ -36,6 +36,7 @@ from bulkfetch.models import (
     largest_first,
 )
 from bulkfetch.sinks.directory import TMP_DIR
+from bulkfetch.sinks.spool import PARTIAL_DIR
 from bulkfetch.sources import make_source
 
 ProgressCallback = Callable[[Progress], None]
@@ -168,6 +169,8 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
         try:
             shutil.rmtree(tmp, ignore_errors=True)  # leftovers of a killed run
             tmp.mkdir(parents=True, exist_ok=True)
+            if options.restart:  # partial big files are kept for a rerun, not a restart
+                shutil.rmtree(dest / PARTIAL_DIR, ignore_errors=True)
         except OSError as exc:
             return _error_report(options, source, f"cannot prepare {tmp}: {exc.strerror}",
                                  journal)

@@ -63,6 +63,11 @@ class Sink(Protocol):
         too big for memory. Raises SinkFailure or SinkFatal."""
         ...
 
+    def open_partial(self, key: str) -> Spool | None:
+        """The partial file `key` kept across runs (created when missing), for a body
+        fetched by ranges; None when this sink keeps nothing to resume."""
+        ...
+
     def store_spool(self, seq: int, name: str, spool: Spool, size: int, md5: str) -> None:
         """Publish a complete, verified spooled body of `size` bytes as `name` of page
         `seq`, like the page's writer does for a body in memory; the spool is used up

@@ -20,7 +20,7 @@ from pathlib import Path
 from bulkfetch.models import PageReport
 from bulkfetch.names import local_parts
 from bulkfetch.sinks.base import SinkFailure, Writer, fatal_or_failure
-from bulkfetch.sinks.spool import FileSpool
+from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, PartialFiles
 
 TMP_DIR = ".bulkfetch/tmp"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -43,6 +43,7 @@ class DirectorySink:
             os.mkdir(self.tmp_name, 0o755, dir_fd=self.shared_tmp_fd)
         self.tmp_fd = os.open(self.tmp_name, _DIR_FLAGS, dir_fd=self.shared_tmp_fd)
         self.dirs: OrderedDict[tuple[str, ...], int] = OrderedDict()
+        self.partials = PartialFiles(self.dest_fd, str(dest / PARTIAL_DIR))
 
     def _directory(self, parts: tuple[str, ...]) -> int:
         """An fd for DEST/parts, creating directories as needed, never following symlinks."""
@@ -116,36 +117,41 @@ class DirectorySink:
         self.counter += 1
         return FileSpool(self.tmp_fd, self.prefix + str(self.counter), str(self.dest / TMP_DIR))
 
+    def open_partial(self, key: str) -> FileSpool:
+        return self.partials.open(key)
+
     def store_spool(self, seq: int, name: str, spool: FileSpool, size: int, md5: str) -> None:
         try:
             spool.close()
         except OSError as exc:
             spool.discard()
             raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
-        self._publish(name, spool.name)
+        self._publish(name, spool.name, spool.dir_fd)
 
-    def _publish(self, name: str, temporary: str) -> None:
-        """Rename the complete file `temporary` into place as `name`, or remove it. A name
-        directly under DEST (the usual case) skips the path split."""
+    def _publish(self, name: str, temporary: str, source_fd: int | None = None) -> None:
+        """Rename the complete file `temporary` (in the temporary directory, or in
+        `source_fd`) into place as `name`, or remove it. A name directly under DEST (the
+        usual case) skips the path split."""
+        source = self.tmp_fd if source_fd is None else source_fd
         try:
             if self.fanout or "/" in name:
                 parts = local_parts(name, self.fanout)
                 parent, leaf = self._directory(tuple(parts[:-1])), parts[-1]
             else:
                 parent, leaf = self.dest_fd, name
-            os.rename(temporary, leaf, src_dir_fd=self.tmp_fd, dst_dir_fd=parent)
+            os.rename(temporary, leaf, src_dir_fd=source, dst_dir_fd=parent)
         except OSError as exc:
-            self._discard(temporary)
+            self._discard(temporary, source)
             if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
                 raise SinkFailure(f"a directory is in the way of {name}") from None
             raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
         except BaseException:  # a SinkFailure for the directories on the way
-            self._discard(temporary)
+            self._discard(temporary, source)
             raise
 
-    def _discard(self, temporary: str) -> None:
+    def _discard(self, temporary: str, source_fd: int | None = None) -> None:
         with contextlib.suppress(OSError):
-            os.unlink(temporary, dir_fd=self.tmp_fd)
+            os.unlink(temporary, dir_fd=self.tmp_fd if source_fd is None else source_fd)
 
     def end_page(self, report: PageReport) -> list[PageReport]:
         """Files are renamed into place as they complete, so the page is done at once.
@@ -162,6 +168,7 @@ class DirectorySink:
         for fd in self.dirs.values():
             os.close(fd)
         self.dirs.clear()
+        self.partials.close()
         os.close(self.tmp_fd)
         with contextlib.suppress(OSError):  # empty unless a write was cut short
             os.rmdir(self.tmp_name, dir_fd=self.shared_tmp_fd)

@@ -18,6 +18,9 @@ class NullSink:
     def open_spool(self, name: str) -> NullSpool:
         return NullSpool()
 
+    def open_partial(self, key: str) -> None:
+        return None
+
     def store_spool(self, seq: int, name: str, spool: NullSpool, size: int, md5: str) -> None:
         pass
 

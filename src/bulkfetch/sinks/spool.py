@@ -13,6 +13,8 @@ import os
 
 from bulkfetch.sinks.base import fatal_or_failure
 
+PARTIAL_DIR = ".bulkfetch/partial"  # see engine/resume.py
+
 _SPOOL_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -22,12 +24,14 @@ class FileSpool:
 
     __slots__ = ("dir_fd", "fd", "name", "where")
 
-    def __init__(self, dir_fd: int, name: str, where: str) -> None:
+    def __init__(self, dir_fd: int, name: str, where: str, reopen: bool = False) -> None:
+        """`reopen`: open the file when it exists (a partial file a rerun resumes)."""
         self.dir_fd = dir_fd
         self.name = name
         self.where = where
+        flags = _SPOOL_FLAGS & ~os.O_EXCL if reopen else _SPOOL_FLAGS
         try:
-            self.fd = os.open(name, _SPOOL_FLAGS, 0o644, dir_fd=dir_fd)
+            self.fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
         except OSError as exc:
             raise fatal_or_failure(exc, f"cannot create a temporary file in {where}") from None
 
@@ -60,6 +64,32 @@ class FileSpool:
         self.close()
         with contextlib.suppress(OSError):
             os.unlink(self.name, dir_fd=self.dir_fd)
+
+
+class PartialFiles:
+    """DEST/.bulkfetch/partial, where files fetched by ranges are kept across runs
+    (engine/resume.py), opened at the first one."""
+
+    def __init__(self, dest_fd: int, where: str) -> None:
+        self.dest_fd = dest_fd
+        self.where = where
+        self.fd = -1
+
+    def open(self, key: str) -> FileSpool:
+        if self.fd < 0:
+            try:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(PARTIAL_DIR, 0o755, dir_fd=self.dest_fd)
+                self.fd = os.open(PARTIAL_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                  | os.O_CLOEXEC, dir_fd=self.dest_fd)
+            except OSError as exc:
+                raise fatal_or_failure(exc, f"cannot open {self.where}") from None
+        return FileSpool(self.fd, key, self.where, reopen=True)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class NullSpool:

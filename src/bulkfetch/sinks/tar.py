@@ -30,7 +30,7 @@ from bulkfetch import index
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import SinkFatal, Writer, fatal_or_failure
 from bulkfetch.sinks.directory import TMP_DIR
-from bulkfetch.sinks.spool import FileSpool
+from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, PartialFiles
 from bulkfetch.sinks.ustar import BLOCK, END, MAX_OCTAL_SIZE, header, long_header, new_packer
 
 if TYPE_CHECKING:
@@ -169,6 +169,7 @@ class TarSink:
         self.closing: deque[Future[list[PageReport]]] = deque()
         self.spool_dir_fd = -1  # DEST/.bulkfetch/tmp, opened at the first big body
         self.spools = 0
+        self.partials = PartialFiles(self.dest_fd, str(self.dest / PARTIAL_DIR))
 
     def _connection(self) -> sqlite3.Connection:
         if self.conn is None:
@@ -205,6 +206,9 @@ class TarSink:
         self.spools += 1
         return FileSpool(self.spool_dir_fd, f"tar-w{self.worker}-{os.getpid()}-{self.spools}",
                          where)
+
+    def open_partial(self, key: str) -> FileSpool:
+        return self.partials.open(key)
 
     def store_spool(self, seq: int, name: str, spool: FileSpool, size: int, md5: str) -> None:
         try:
@@ -290,5 +294,6 @@ class TarSink:
         if self.spool_dir_fd >= 0:
             os.close(self.spool_dir_fd)
             self.spool_dir_fd = -1
+        self.partials.close()
         os.close(self.dest_fd)
 
