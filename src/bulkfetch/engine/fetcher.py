@@ -35,7 +35,6 @@ from bulkfetch.sources.base import Source
 _HEX = frozenset("0123456789abcdef")
 _HEX_BYTES = frozenset(b"0123456789abcdef")
 _URL = pycurl.URL
-BIG_ONLY_NAP_S = 0.004
 # libcurl stopped a transfer at MAXFILESIZE: the body is bigger than --spool-above.
 _TOO_BIG = pycurl.E_FILESIZE_EXCEEDED
 
@@ -226,10 +225,7 @@ class Fetcher:
                     break
             if len(free) < len(self.handles) and not (self.finished or self.fetched):
                 if self.spooling and len(self.spooling) + len(free) == len(self.handles):
-                    # Only big bodies in flight: let their sockets fill a little, so one
-                    # turn of this loop moves hundreds of kilobytes, not one packet's worth
-                    # (at 40 MB/s a connection, 190 µs a turn was 3 s of CPU per GiB).
-                    time.sleep(BIG_ONLY_NAP_S)
+                    self.big.nap()
                 multi.select(timeout)
         elif self.big.ranged:  # nothing in flight: a split file's last bytes are hashing
             self.big.wait_hashing(timeout)
