@@ -7,7 +7,8 @@ export's map), pinned to core 0; every client row runs pinned to core 1.
 
 Speed (issue 18, "one big file over one connection"): rounds of `curl -o FILE` then
 `md5sum FILE` (what a user does to fetch and check a file) beside `bulkfetch get` of the
-same one URL into a directory (it hashes while it writes), in ABBA order. Each round's
+same one URL into a directory with --parts 1 (one connection; it hashes while it writes),
+in ABBA order. Each round's
 ratios: bulkfetch MB/s over curl's; over curl's and md5sum's one after the other (the time
 to a verified file); bulkfetch CPU over curl's + md5sum's. On one client core a download
 that hashes is bound by CPU, so the first ratio is about curl's CPU over curl's + MD5's.
@@ -152,8 +153,8 @@ def main() -> None:
                     ok = summed.stdout.split()[0] == etags[first]
                 else:
                     got = run_measured([*bulkfetch, "get", "--from-file", str(work / "one.txt"),
-                                        str(target), "-w", "1", "--quiet"])
-                    rows["bulkfetch"].append(Row("bulkfetch get (dir)", size, got))
+                                        str(target), "-w", "1", "--quiet", "--parts", "1"])
+                    rows["bulkfetch"].append(Row("bulkfetch get --parts 1 (dir)", size, got))
                     ok = got.returncode == 0 and md5_of(target / "get" / first) == etags[first]
                 log(f"round {number + 1} {which}: {'verified' if ok else 'WRONG'}")
                 if not ok:

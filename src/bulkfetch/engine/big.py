@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 _URL = pycurl.URL
 HASH_STEP = 8 << 20  # bytes written in order before they are handed to the hashing thread
 POLL_S = 0.02  # how often poll() looks for bytes to hash and to record
-NAP_S, NAP_BELOW = 0.004, 128 << 10  # see nap()
+# see nap(): a 4 ms nap while the big bodies average under 64 MB/s each, judged every 0.1 s
+NAP_S, NAP_BELOW_RATE, NAP_WINDOW_S = 0.004, 64 << 20, 0.1
 # A ranged file's bytes are made durable and recorded every CHECKPOINT_S seconds, or
 # every CHECKPOINT_BYTES, while at least CHECKPOINT_MIN bytes came since the last record:
 # a kill -9 costs the rerun about a second of the transfer.
@@ -60,7 +61,9 @@ class BigFiles:
         self.ranged: set[RangedFile] = set()  # files in parts, not yet stored or dropped
         self.hasher: ThreadPoolExecutor | None = None  # hashes ranged files in file order
         self.next_poll = 0.0
-        self.last_moved = 0  # bytes of the big bodies in flight at the last nap()
+        self.last_moved = 0  # bytes of the big bodies in flight when the window began
+        self.window_start = 0.0
+        self.napping = False
         # Names with a partial file a killed run left (engine/resume.py): read once.
         self.partials = resume.names_with_records(Path(fetcher.options.dest))
         self.restarts = 0  # ranged files started over as one stream
@@ -353,15 +356,20 @@ class BigFiles:
         return self.hasher
 
     def nap(self) -> None:
-        """Only big bodies are in flight. When the last turn of the loop moved little of
-        them (a server that paces its connections sends a few kilobytes at a time), let
-        their sockets fill for a moment, so a turn moves hundreds of kilobytes: at 40 MB/s
-        a connection, 190 µs a turn came to 3 s of CPU per GiB. A fast stream is never
-        held back (its sockets would fill and stall the sender)."""
-        moved = sum(body.size if isinstance(body, spooling.SpooledBody) else body.written
-                    for body in self.active.values())
-        last, self.last_moved = self.last_moved, moved
-        if 0 <= moved - last < NAP_BELOW * len(self.active):
+        """Only big bodies are in flight. When they arrive slowly (a server that paces its
+        connections sends a few kilobytes at a time), let their sockets fill for a moment,
+        so that a turn of the loop moves hundreds of kilobytes, not one packet's worth: at
+        40 MB/s a connection, 190 µs a turn came to 3 s of CPU per GiB. Whether they are
+        slow is judged every NAP_WINDOW_S by their bytes per second; a fast stream is never
+        held back (its socket would fill and stall the sender)."""
+        now = time.monotonic()
+        if now - self.window_start >= NAP_WINDOW_S:
+            moved = sum(body.size if isinstance(body, spooling.SpooledBody) else body.written
+                        for body in self.active.values())
+            rate = (moved - self.last_moved) / (now - self.window_start)
+            self.napping = 0 <= rate < NAP_BELOW_RATE * len(self.active)
+            self.window_start, self.last_moved = now, moved
+        if self.napping:
             time.sleep(NAP_S)
 
     def wait_hashing(self, timeout: float) -> None:
