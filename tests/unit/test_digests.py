@@ -70,12 +70,8 @@ def test_repeated_repr_digest_headers_are_one_list() -> None:
     assert strongest({"md5": b"x"}) is None
 
 
-class _Handle:
-    """Stands in for a pycurl handle: SpooledBody reads nothing from it but identity."""
-
-
 def spooled(raw: list[bytes]) -> SpooledBody:
-    return SpooledBody(transfer=None, spool=NullSpool(), handle=_Handle(), lines=raw)
+    return SpooledBody(transfer=None, spool=NullSpool(), lines=raw)
 
 
 def feed(body: SpooledBody, data: bytes) -> list[int | None]:
@@ -115,7 +111,7 @@ def test_a_status_other_than_200_stops_the_body_before_it_is_written() -> None:
             self.chunks += 1
 
     spool = Counting()
-    body = SpooledBody(transfer=None, spool=spool, handle=_Handle(),
+    body = SpooledBody(transfer=None, spool=spool,
                        lines=lines(status="HTTP/1.1 503 Service Unavailable"))
     assert body.write(b"error page") == 0
     assert (body.status, spool.chunks, body.size) == (503, 0, 0)

@@ -91,7 +91,8 @@ def test_a_file_whose_ranges_hash_wrong_is_caught_and_one_with_no_digest_is_size
         answer(part)
         feed(part, BODY[part.start : part.end])
     wrong.hash_region(0, TOTAL)
-    assert wrong.mismatch() == "SHA256 of the file's ranges does not match the server's"
+    assert wrong.mismatch() == (
+        "SHA256 of the file's ranges does not match the server's Repr-Digest")
     wrong.spool.discard()
     assert ranged(tmp_path / ".." / tmp_path.name).checked_by_size_only
 

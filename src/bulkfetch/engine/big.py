@@ -28,6 +28,7 @@ from bulkfetch.engine.curl import (
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.models import InFlight
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
+from bulkfetch.sinks.spool import FileSpool
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -75,65 +76,67 @@ class BigFiles:
         response's headers."""
         plan = split_plan(lines)
         if plan is None or plan.total < self.split_above:
-            # Below --split-above one plain stream, hashed as it arrives, is the cheapest
-            # (measured on 1 GiB: 4.2 s against 5.6 s as one range hashed by the thread);
-            # such a file is not resumed: fetching it again costs little.
+            # Below --split-above one plain stream, hashed as it arrives, is cheaper than
+            # a range hashed by the thread (benchmarks/bigfiles.py, session 11); such a
+            # file is not resumed: fetching it again costs little.
             self.pending.append(transfer)
             return
         state, name = transfer[0], transfer[1]
-        key = resume.partial_key(name)
         try:
-            spool = self.fetcher.sink.open_partial(key)
+            opened = self._open_partial(name, plan)
         except SinkFailure as exc:
             self.fetcher._fail(state, name, str(exc), transfer[3])
             return
-        if spool is None:  # the null sink keeps nothing to hash later or to resume
+        if opened is None:  # the null sink keeps nothing to hash later or to resume
             self.pending.append(transfer)
             return
-        record = self._usable(resume.load(spool.dir_fd, key), spool)
-        if (record is not None and record.name == name and record.total == plan.total
-                and record.validator == plan.validator):
-            ranged = RangedFile.resumed(transfer, spool, plan, record.parts)
-        else:  # nothing to resume, or bytes of another version of the file: start over
-            resume.remove(spool.dir_fd, key)
-            os.ftruncate(spool.fd, 0)
-            ranged = RangedFile(transfer, spool, plan, min(self.parts, plan.total))
-        self._begin(ranged)
+        spool, record = opened
+        if record is not None:
+            self._begin(RangedFile.resumed(transfer, spool, plan, record.parts))
+        else:
+            self._begin(RangedFile(transfer, spool, plan, min(self.parts, plan.total)))
 
     def resume(self, transfer: tuple[Any, ...]) -> bool:
         """Start `transfer` from the partial file a killed run left, asking only for the
         missing bytes, if its record is there (else False: fetch it as usual)."""
         name = transfer[1]
         self.partials.discard(name)  # one partial file, one transfer
-        key = resume.partial_key(name)
         try:
-            spool = self.fetcher.sink.open_partial(key)
+            opened = self._open_partial(name, None)
         except SinkFailure:
             return False
-        if spool is None:
+        if opened is None:
             return False
-        record = self._usable(resume.load(spool.dir_fd, key), spool)
-        if record is None or record.name != name:
-            spool.close()
+        spool, record = opened
+        if record is None:
+            spool.discard()
             return False
         stated = {algorithm: bytes.fromhex(value) for algorithm, value in record.digests}
         plan = SplitPlan(record.total, record.validator, stated)
         self._begin(RangedFile.resumed(transfer, spool, plan, record.parts))
         return True
 
-    @staticmethod
-    def _usable(record: resume.PartialRecord | None,
-                spool: Any) -> resume.PartialRecord | None:
-        """`record`, unless its file holds fewer bytes than it claims (then the record
-        is removed and the file emptied: it starts over)."""
-        if record is None:
+    def _open_partial(self, name: str, plan: SplitPlan | None,
+                      ) -> tuple[FileSpool, resume.PartialRecord | None] | None:
+        """The partial file of `name` and its record; the record only when the file can
+        be resumed: its bytes are there, and they are of `plan`'s version of the file when
+        a plan is given. A file that cannot be resumed is emptied and its record removed.
+        None for a sink that keeps no partial files. Raises SinkFailure."""
+        key = resume.partial_key(name)
+        spool = self.fetcher.sink.open_partial(key)
+        if spool is None:
             return None
-        if os.fstat(spool.fd).st_size >= max(start + written for start, _, written
-                                             in record.parts):
-            return record
-        resume.remove(spool.dir_fd, spool.name)
-        os.ftruncate(spool.fd, 0)
-        return None
+        record = resume.load(spool.dir_fd, key)
+        if record is not None and (
+                record.name != name
+                or os.fstat(spool.fd).st_size < max(s + w for s, _, w in record.parts)
+                or (plan is not None and (record.total, record.validator)
+                    != (plan.total, plan.validator))):
+            record = None
+        if record is None:
+            resume.remove(spool.dir_fd, key)
+            os.ftruncate(spool.fd, 0)
+        return spool, record
 
     def _begin(self, ranged: RangedFile) -> None:
         ranged.recorded = ranged.written
@@ -160,7 +163,7 @@ class BigFiles:
             fetcher._fail(transfer[0], transfer[1], str(exc), transfer[3])
             return
         handle = fetcher.free.pop()
-        body = spooling.SpooledBody(transfer, spool, handle, fetcher.buffers[handle][1])
+        body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1])
         spooling.prepare(handle, body.write)
         self._add(handle, body, transfer)
 
@@ -273,7 +276,7 @@ class BigFiles:
             attempt = transfer[3]
             if retryable and attempt <= self.fetcher.policy.retries:
                 self.fetcher._retry_later((*ranged.transfer[:3], attempt + 1, part),
-                                          attempt, part.retry_after)
+                                          attempt, part.retry_after, big=True)
                 return
             self._drop(ranged)
             state, name = ranged.transfer[0], ranged.transfer[1]
@@ -314,11 +317,11 @@ class BigFiles:
             try:
                 ranged.hashing.result()
             except OSError as exc:
-                ranged.spool.discard()
+                self._forget(ranged)
                 raise SinkFatal(f"cannot read back {ranged.name}'s ranges: {exc}") from None
             reason = ranged.mismatch() if self.fetcher.verify else None
             if reason:
-                ranged.spool.discard()
+                self._forget(ranged)
                 self.fetcher._retry_or_fail(ranged.transfer, reason, True, None, big=True)
                 continue
             if not ranged.plan.stated:
@@ -339,8 +342,11 @@ class BigFiles:
         spool = ranged.spool
 
         def write() -> None:
-            os.fsync(spool.fd)
-            resume.save(spool.dir_fd, spool.name, record)
+            # A record that cannot be written leaves the one before it: a rerun asks for
+            # a little more, and verification decides, as for any file.
+            with contextlib.suppress(OSError):
+                os.fsync(spool.fd)
+                resume.save(spool.dir_fd, spool.name, record)
 
         if now:
             write()
@@ -358,16 +364,18 @@ class BigFiles:
     def nap(self) -> None:
         """Only big bodies are in flight. When they arrive slowly (a server that paces its
         connections sends a few kilobytes at a time), let their sockets fill for a moment,
-        so that a turn of the loop moves hundreds of kilobytes, not one packet's worth: at
-        40 MB/s a connection, 190 µs a turn came to 3 s of CPU per GiB. Whether they are
+        so that a turn of the loop moves hundreds of kilobytes, not one packet's worth
+        (benchmarks/ranges.py, 1 GiB at 40 MB/s a connection, 8 parts: 4.75 s of CPU per
+        GiB without the nap, 3.86 with it; session 11's results). Whether they are
         slow is judged every NAP_WINDOW_S by their bytes per second; a fast stream is never
         held back (its socket would fill and stall the sender)."""
         now = time.monotonic()
         if now - self.window_start >= NAP_WINDOW_S:
             moved = sum(body.size if isinstance(body, spooling.SpooledBody) else body.written
                         for body in self.active.values())
-            rate = (moved - self.last_moved) / (now - self.window_start)
-            self.napping = 0 <= rate < NAP_BELOW_RATE * len(self.active)
+            if self.window_start:  # (the first window only begins)
+                rate = (moved - self.last_moved) / (now - self.window_start)
+                self.napping = 0 <= rate < NAP_BELOW_RATE * len(self.active)
             self.window_start, self.last_moved = now, moved
         if self.napping:
             time.sleep(NAP_S)
@@ -386,6 +394,11 @@ class BigFiles:
         of completions being handled); parts not started are skipped."""
         ranged.cancelled = True
         self.ranged.discard(ranged)
+        self._forget(ranged)
+
+    def _forget(self, ranged: RangedFile) -> None:
+        """Remove `ranged`'s partial file and its record, once the hashing thread is done
+        with them."""
         self._settle(ranged)
         resume.remove(ranged.spool.dir_fd, ranged.spool.name)
         ranged.spool.discard()
@@ -417,8 +430,7 @@ class BigFiles:
         for ranged in list(self.ranged):  # kept for the rerun, with what is durable now
             self.ranged.discard(ranged)
             self._settle(ranged)
-            with contextlib.suppress(OSError):  # a full disk: the last record stands
-                self._checkpoint(ranged, now=True)
+            self._checkpoint(ranged, now=True)
             ranged.spool.close()
         self.pending.clear()
 

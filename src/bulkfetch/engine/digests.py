@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from typing import Any
 
 # Algorithms we check, by their names in Repr-Digest / Digest, as hashlib names.
 _ALGORITHMS = {"sha-256": "sha256", "sha-512": "sha512", "md5": "md5"}
@@ -83,6 +84,17 @@ def stated_digests(headers: dict[str, str]) -> dict[str, bytes]:
         if raw is not None:
             found["md5"] = raw
     return {name: raw for name, raw in found.items() if raw}
+
+
+def mismatch(stated: dict[str, bytes], md5: Any, other: Any, what: str) -> str | None:
+    """Why `what` (hashed into the hashlib objects `md5` and `other`, the latter for
+    strongest(stated) or None) is not what the server stated, or None."""
+    expected = stated.get("md5")
+    if expected is not None and expected != md5.digest():
+        return f"MD5 of {what} does not match the server's ETag/Content-MD5/Repr-Digest"
+    if other is not None and other.digest() != stated.get(other.name):
+        return f"{other.name.upper()} of {what} does not match the server's Repr-Digest"
+    return None
 
 
 def strongest(digests: dict[str, bytes]) -> tuple[str, bytes] | None:

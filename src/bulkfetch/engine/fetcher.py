@@ -313,7 +313,7 @@ class Fetcher:
             self._fail(state, name, reason, attempt)
 
     def _retry_later(self, transfer: tuple[object, ...], attempt: int,
-                     retry_after: float | None, big: bool = True) -> None:
+                     retry_after: float | None, big: bool) -> None:
         """Queue `transfer` (the next attempt) after the backoff for retry `attempt`."""
         delay = self.policy.delay(attempt, retry_after, self.rng)
         self.retries += 1

@@ -24,7 +24,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from bulkfetch.engine.digests import final_headers, final_status, stated_digests, strongest
+from bulkfetch.engine.digests import (
+    final_headers,
+    final_status,
+    mismatch,
+    stated_digests,
+    strongest,
+)
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
 from bulkfetch.sinks.spool import FileSpool
 
@@ -140,12 +146,7 @@ class RangedFile:
 
     def mismatch(self) -> str | None:
         """Why the complete file is not the one the server meant, or None."""
-        md5 = self.plan.stated.get("md5")
-        if md5 is not None and md5 != self.md5.digest():
-            return "MD5 of the file's ranges does not match the server's ETag/Content-MD5"
-        if self.other is not None and self.other.digest() != strongest(self.plan.stated)[1]:
-            return f"{self.other.name.upper()} of the file's ranges does not match the server's"
-        return None
+        return mismatch(self.plan.stated, self.md5, self.other, "the file's ranges")
 
     @property
     def checked_by_size_only(self) -> bool:

@@ -16,7 +16,13 @@ from typing import Any
 
 import pycurl
 
-from bulkfetch.engine.digests import final_headers, final_status, stated_digests, strongest
+from bulkfetch.engine.digests import (
+    final_headers,
+    final_status,
+    mismatch,
+    stated_digests,
+    strongest,
+)
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Spool
 
 # libcurl's read buffer for a spooled transfer: fewer, larger chunks through Python. The
@@ -31,11 +37,10 @@ class SpooledBody:
 
     transfer: Any  # the fetcher's transfer tuple (page state, name, url, attempt)
     spool: Spool
-    handle: pycurl.Curl
     lines: list[bytes]  # the handle's raw header lines
     md5: Any = field(default_factory=hashlib.md5)
     other: Any = None  # a hasher for the strongest non-MD5 digest the server states
-    expected_other: bytes | None = None
+    stated: dict[str, bytes] = field(default_factory=dict)  # read at the first chunk
     size: int = 0
     total: int = -1  # the Content-Length, read at the first chunk (-1: none)
     status: int = 0  # the HTTP status, read at the first chunk
@@ -53,13 +58,7 @@ class SpooledBody:
             self.status = final_status(self.lines)
             if self.status != 200:
                 return 0
-            headers = final_headers(self.lines)
-            length = headers.get("content-length", "")
-            self.total = int(length) if length.isdigit() else -1
-            other = strongest(stated_digests(headers))
-            if other is not None:
-                self.other = hashlib.new(other[0])
-                self.expected_other = other[1]
+            self._read_headers()
         try:
             self.spool.write(data)
         except (SinkFailure, SinkFatal) as exc:
@@ -71,19 +70,24 @@ class SpooledBody:
         self.size += len(data)
         return None
 
+    def _read_headers(self) -> None:
+        headers = final_headers(self.lines)
+        length = headers.get("content-length", "")
+        self.total = int(length) if length.isdigit() else -1
+        self.stated = stated_digests(headers)
+        other = strongest(self.stated)
+        if other is not None:
+            self.other = hashlib.new(other[0])
+
     def mismatch(self, announced: float, verify: bool) -> str | None:
         """Why the complete body is not the file the server meant, or None."""
         if announced >= 0 and announced != self.size:
             return f"body of {self.size} bytes, Content-Length {int(announced)}"
         if not verify:
             return None
-        stated = stated_digests(final_headers(self.lines))
-        md5 = stated.get("md5")
-        if md5 is not None and md5 != self.md5.digest():
-            return "MD5 of the body does not match the server's ETag/Content-MD5/Repr-Digest"
-        if self.other is not None and self.other.digest() != self.expected_other:
-            return f"{self.other.name.upper()} of the body does not match the server's Repr-Digest"
-        return None
+        if not self.started:  # an empty body: no chunk came to read the headers at
+            self._read_headers()
+        return mismatch(self.stated, self.md5, self.other, "the body")
 
 
 def prepare(handle: pycurl.Curl, write: Callable[[bytes], int | None]) -> None:

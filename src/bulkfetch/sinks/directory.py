@@ -20,7 +20,7 @@ from pathlib import Path
 from bulkfetch.models import PageReport
 from bulkfetch.names import local_parts
 from bulkfetch.sinks.base import SinkFailure, Writer, fatal_or_failure
-from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, PartialFiles
+from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
 
 TMP_DIR = ".bulkfetch/tmp"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -43,7 +43,7 @@ class DirectorySink:
             os.mkdir(self.tmp_name, 0o755, dir_fd=self.shared_tmp_fd)
         self.tmp_fd = os.open(self.tmp_name, _DIR_FLAGS, dir_fd=self.shared_tmp_fd)
         self.dirs: OrderedDict[tuple[str, ...], int] = OrderedDict()
-        self.partials = PartialFiles(self.dest_fd, str(dest / PARTIAL_DIR))
+        self.partials = SpoolDirectory(self.dest_fd, PARTIAL_DIR, str(dest / PARTIAL_DIR))
 
     def _directory(self, parts: tuple[str, ...]) -> int:
         """An fd for DEST/parts, creating directories as needed, never following symlinks."""
@@ -109,16 +109,16 @@ class DirectorySink:
             finally:
                 os.close(fd)
         except OSError as exc:
-            self._discard(temporary)
+            self._discard(temporary, self.tmp_fd)
             raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
-        self._publish(name, temporary)
+        self._publish(name, temporary, self.tmp_fd)
 
     def open_spool(self, name: str) -> FileSpool:
         self.counter += 1
         return FileSpool(self.tmp_fd, self.prefix + str(self.counter), str(self.dest / TMP_DIR))
 
     def open_partial(self, key: str) -> FileSpool:
-        return self.partials.open(key)
+        return self.partials.open(key, reopen=True)
 
     def store_spool(self, seq: int, name: str, spool: FileSpool, size: int, md5: str) -> None:
         try:
@@ -128,11 +128,10 @@ class DirectorySink:
             raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
         self._publish(name, spool.name, spool.dir_fd)
 
-    def _publish(self, name: str, temporary: str, source_fd: int | None = None) -> None:
-        """Rename the complete file `temporary` (in the temporary directory, or in
-        `source_fd`) into place as `name`, or remove it. A name directly under DEST (the
-        usual case) skips the path split."""
-        source = self.tmp_fd if source_fd is None else source_fd
+    def _publish(self, name: str, temporary: str, source: int) -> None:
+        """Rename the complete file `temporary` in the directory `source` into place as
+        `name`, or remove it. A name directly under DEST (the usual case) skips the path
+        split."""
         try:
             if self.fanout or "/" in name:
                 parts = local_parts(name, self.fanout)
@@ -149,9 +148,9 @@ class DirectorySink:
             self._discard(temporary, source)
             raise
 
-    def _discard(self, temporary: str, source_fd: int | None = None) -> None:
+    def _discard(self, temporary: str, source: int) -> None:
         with contextlib.suppress(OSError):
-            os.unlink(temporary, dir_fd=self.tmp_fd if source_fd is None else source_fd)
+            os.unlink(temporary, dir_fd=source)
 
     def end_page(self, report: PageReport) -> list[PageReport]:
         """Files are renamed into place as they complete, so the page is done at once.

@@ -66,25 +66,27 @@ class FileSpool:
             os.unlink(self.name, dir_fd=self.dir_fd)
 
 
-class PartialFiles:
-    """DEST/.bulkfetch/partial, where files fetched by ranges are kept across runs
-    (engine/resume.py), opened at the first one."""
+class SpoolDirectory:
+    """A directory of DEST (`relative`, e.g. TMP_DIR or PARTIAL_DIR) that spools live in,
+    created and opened at the first spool: most runs never need one."""
 
-    def __init__(self, dest_fd: int, where: str) -> None:
+    def __init__(self, dest_fd: int, relative: str, where: str) -> None:
         self.dest_fd = dest_fd
-        self.where = where
+        self.relative = relative
+        self.where = where  # its path, for messages
         self.fd = -1
 
-    def open(self, key: str) -> FileSpool:
+    def open(self, name: str, reopen: bool = False) -> FileSpool:
+        """A new spool `name` in the directory (`reopen`: the existing one, if any)."""
         if self.fd < 0:
             try:
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(PARTIAL_DIR, 0o755, dir_fd=self.dest_fd)
-                self.fd = os.open(PARTIAL_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                    os.mkdir(self.relative, 0o755, dir_fd=self.dest_fd)
+                self.fd = os.open(self.relative, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
                                   | os.O_CLOEXEC, dir_fd=self.dest_fd)
             except OSError as exc:
                 raise fatal_or_failure(exc, f"cannot open {self.where}") from None
-        return FileSpool(self.fd, key, self.where, reopen=True)
+        return FileSpool(self.fd, name, self.where, reopen)
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 
 from bulkfetch import index
 from bulkfetch.models import PageReport
-from bulkfetch.sinks.base import SinkFatal, Writer, fatal_or_failure
+from bulkfetch.sinks.base import SinkFatal, Writer
 from bulkfetch.sinks.directory import TMP_DIR
-from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, PartialFiles
-from bulkfetch.sinks.ustar import BLOCK, END, MAX_OCTAL_SIZE, header, long_header, new_packer
+from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
+from bulkfetch.sinks.ustar import BLOCK, END, member_header, new_packer
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -75,11 +75,7 @@ class _Shard:
         """Append the member `name` whose body is the spool's file: the same bytes as
         packer.add() of that body, with the body copied file to file in the kernel."""
         packer = self.packer
-        encoded = name.encode()
-        if len(encoded) == len(name) <= 100 and size <= MAX_OCTAL_SIZE:
-            packer.append(header(encoded, size, self.mtime))
-        else:
-            packer.append(long_header(name, size, self.mtime))
+        packer.append(member_header(name, size, self.mtime))
         packer.flush()
         data_at = packer.offset
         try:
@@ -167,9 +163,9 @@ class TarSink:
         # wait: one thread does it, in order, while the transfers go on.
         self.closer: ThreadPoolExecutor | None = None
         self.closing: deque[Future[list[PageReport]]] = deque()
-        self.spool_dir_fd = -1  # DEST/.bulkfetch/tmp, opened at the first big body
-        self.spools = 0
-        self.partials = PartialFiles(self.dest_fd, str(self.dest / PARTIAL_DIR))
+        self.spools = SpoolDirectory(self.dest_fd, TMP_DIR, str(self.dest / TMP_DIR))
+        self.spooled = 0  # spools opened, for their names
+        self.partials = SpoolDirectory(self.dest_fd, PARTIAL_DIR, str(self.dest / PARTIAL_DIR))
 
     def _connection(self) -> sqlite3.Connection:
         if self.conn is None:
@@ -196,19 +192,11 @@ class TarSink:
         return shard.add
 
     def open_spool(self, name: str) -> FileSpool:
-        where = str(self.dest / TMP_DIR)
-        if self.spool_dir_fd < 0:
-            try:
-                self.spool_dir_fd = os.open(TMP_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                                            | os.O_CLOEXEC, dir_fd=self.dest_fd)
-            except OSError as exc:
-                raise fatal_or_failure(exc, f"cannot open {where}") from None
-        self.spools += 1
-        return FileSpool(self.spool_dir_fd, f"tar-w{self.worker}-{os.getpid()}-{self.spools}",
-                         where)
+        self.spooled += 1
+        return self.spools.open(f"tar-w{self.worker}-{os.getpid()}-{self.spooled}")
 
     def open_partial(self, key: str) -> FileSpool:
-        return self.partials.open(key)
+        return self.partials.open(key, reopen=True)
 
     def store_spool(self, seq: int, name: str, spool: FileSpool, size: int, md5: str) -> None:
         try:
@@ -291,9 +279,7 @@ class TarSink:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-        if self.spool_dir_fd >= 0:
-            os.close(self.spool_dir_fd)
-            self.spool_dir_fd = -1
+        self.spools.close()
         self.partials.close()
         os.close(self.dest_fd)
 

@@ -126,6 +126,15 @@ def long_header(name: str, size: int, mtime: int) -> bytes:
                      header(short, min(size, MAX_OCTAL_SIZE), mtime)))
 
 
+def member_header(name: str, size: int, mtime: int) -> bytes:
+    """The header(s) before a member's body: plain ustar when the name is ASCII of at most
+    100 bytes and the size fits its field, else long_header() (both packers decide so)."""
+    encoded = name.encode()
+    if len(encoded) == len(name) <= 100 and size <= MAX_OCTAL_SIZE:
+        return header(encoded, size, mtime)
+    return long_header(name, size, mtime)
+
+
 def _write_all(fd: int, data: bytes, where: str) -> None:
     view = memoryview(data)
     try:
