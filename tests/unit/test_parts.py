@@ -1,5 +1,6 @@
-"""Ranges of a big file on their own: when a file may be split, how, what a part trusts of
-an answer, and the in-order hash of the parts written by offset into one spool file."""
+"""Ranges of a big file on their own: when a file may be split, into which pieces, what a
+piece trusts of an answer, the in-order hash of pieces written by offset into one spool file
+(in line where hashing stands, else read back), and the resume record's layouts."""
 
 from __future__ import annotations
 
@@ -7,11 +8,22 @@ import base64
 import hashlib
 import itertools
 import os
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
-from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, ranges, split_plan
+from bulkfetch.engine import resume
+from bulkfetch.engine.parts import (
+    CATCH_UP_MAX,
+    PIECE_MIN,
+    PIECES_MAX,
+    Part,
+    RangedFile,
+    SplitPlan,
+    piece_ranges,
+    split_plan,
+)
 from bulkfetch.sinks.spool import FileSpool
 
 TOTAL = 300_001
@@ -37,18 +49,33 @@ def test_a_file_goes_by_ranges_only_when_the_server_makes_it_safe() -> None:
     assert weak is not None and weak.validator == "Wed, 01 Jan 2025 00:00:00 GMT"
 
 
-@pytest.mark.parametrize(("total", "parts"), [(10, 3), (8, 8), (1_000_001, 8), (7, 2)])
-def test_ranges_cover_the_file_once_in_near_equal_parts(total: int, parts: int) -> None:
-    got = ranges(total, parts)
-    assert len(got) == parts and got[0][0] == 0 and got[-1][1] == total
-    assert all(a[1] == b[0] for a, b in itertools.pairwise(got))
-    assert max(e - s for s, e in got) - min(e - s for s, e in got) <= 1
+@pytest.mark.parametrize(("total", "connections"), [
+    (10, 3), (8, 8), (1_000_001, 8), (7, 2), (64 << 20, 8), (1 << 30, 1), (4 << 30, 8),
+    (100 << 30, 8)])
+def test_pieces_cover_the_file_once_in_order(total: int, connections: int) -> None:
+    got = piece_ranges(total, connections)
+    assert got[0][0] == 0 and got[-1][1] == total
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(got))
+    assert len(got) <= PIECES_MAX and len(got) >= min(connections, total)
+    # big enough that a request per piece costs nothing, unless the file is small
+    assert min(e - s for s, e in got[:-1] or got) >= min(PIECE_MIN, total // connections)
 
 
-def ranged(tmp_path: Path, parts: int = 3, stated: dict[str, bytes] | None = None) -> RangedFile:
+def test_pieces_are_handed_out_in_file_order_one_per_free_connection(tmp_path: Path) -> None:
+    file = ranged(tmp_path, parts=2, total=5 * PIECE_MIN)
+    assert len(file.parts) == 5
+    first = file.hand_out()
+    assert first == file.parts[:2] and file.hand_out() == []
+    first[0].complete, file.taken = True, file.taken - 1
+    assert file.hand_out() == [file.parts[2]]
+    file.spool.discard()
+
+
+def ranged(tmp_path: Path, parts: int = 3, stated: dict[str, bytes] | None = None,
+           total: int = TOTAL) -> RangedFile:
     dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     spool = FileSpool(dir_fd, "spool", str(tmp_path))
-    plan = SplitPlan(TOTAL, '"v1"', stated if stated is not None else {})
+    plan = SplitPlan(total, '"v1"', stated if stated is not None else {})
     return RangedFile((None, "big.bin", "http://x/big.bin", 1), spool, plan, parts)
 
 
@@ -71,13 +98,13 @@ def test_parts_written_out_of_order_hash_to_the_whole_file(tmp_path: Path) -> No
         answer(part)
         assert set(feed(part, BODY[part.start : part.end])) == {None}
         assert part.problem == "" and part.written == part.end - part.start
-    # parts write in order within themselves: the first one's bytes are hashable already
-    assert file.hashable_end() == file.parts[0].end
+    # the first piece is where hashing stands: hashed as it came; the others wait
+    assert file.hash_submitted == file.parts[0].end == file.hashable_end()
     for part in file.parts:
         part.complete = True
     assert file.hashable_end() == TOTAL and file.written == TOTAL
-    file.hash_region(0, 1000)
-    file.hash_region(1000, TOTAL)
+    file.hash_region(file.hash_submitted, 200_000)  # read back, as the hashing thread does
+    file.hash_region(200_000, TOTAL)
     assert file.md5.digest() == hashlib.md5(BODY).digest()
     assert file.mismatch() is None
     assert (tmp_path / "spool").read_bytes() == BODY
@@ -90,7 +117,7 @@ def test_a_file_whose_ranges_hash_wrong_is_caught_and_one_with_no_digest_is_size
     for part in wrong.parts:
         answer(part)
         feed(part, BODY[part.start : part.end])
-    wrong.hash_region(0, TOTAL)
+    wrong.hash_region(wrong.hash_submitted, TOTAL)
     assert wrong.mismatch() == (
         "SHA256 of the file's ranges does not match the server's Repr-Digest")
     wrong.spool.discard()
@@ -152,3 +179,69 @@ def test_a_part_that_broke_off_asks_for_the_rest_only(tmp_path: Path) -> None:
     feed(first, BODY[: first.end])
     assert (tmp_path / "spool").read_bytes() == BODY
     file.spool.discard()
+
+
+def test_pieces_written_in_order_are_hashed_in_line_without_reading_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    file = ranged(tmp_path, stated={"sha256": hashlib.sha256(BODY).digest()})
+    def read_back(self: RangedFile, start: int, end: int) -> None:
+        raise AssertionError(f"read back bytes {start}-{end}")
+
+    monkeypatch.setattr(RangedFile, "hash_region", read_back)
+    for part in file.parts:
+        answer(part)
+        feed(part, BODY[part.start : part.end])
+    assert file.hash_submitted == TOTAL
+    assert file.md5.digest() == hashlib.md5(BODY).digest() and file.mismatch() is None
+    file.spool.discard()
+
+
+def test_the_next_piece_catches_up_in_line_when_little_is_behind(tmp_path: Path) -> None:
+    file = ranged(tmp_path, parts=2)
+    first, second = file.parts[0], file.parts[1]
+    answer(second)
+    second.write(BODY[second.start : second.start + 1000])  # ahead of hashing: not hashed
+    assert file.hash_submitted == 0
+    answer(first)
+    feed(first, BODY[: first.end])
+    assert file.hash_submitted == first.end
+    second.write(BODY[second.start + 1000 : second.start + 2000])  # reads 1000 back
+    assert file.hash_submitted == second.start + 2000
+    busy: Future[None] = Future()  # the hashing thread has a job: hashing waits for it
+    file.hash_job = busy
+    second.write(BODY[second.start + 2000 : second.start + 3000])
+    assert file.hash_submitted == second.start + 2000
+    busy.set_result(None)
+    assert CATCH_UP_MAX >= 1000
+    feed(second, BODY[second.start + second.written : second.end])
+    assert file.hash_submitted == TOTAL and file.md5.digest() == hashlib.md5(BODY).digest()
+    file.spool.discard()
+
+
+def test_a_record_claims_written_bytes_only_in_the_boot_that_wrote_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    written = ((0, 10, 10), (10, 20, 4))
+    durable = ((0, 10, 6), (10, 20, 0))
+    record = resume.PartialRecord("a", 20, '"v"', written, (), "boot-1", durable)
+    again = resume.PartialRecord.decode(record.encode())
+    assert again == record
+    monkeypatch.setattr(resume, "BOOT_ID", "boot-1")  # a killed process: its bytes are there
+    assert again.for_this_boot().parts == written
+    monkeypatch.setattr(resume, "BOOT_ID", "boot-2")  # the machine restarted: fsynced only
+    assert again.for_this_boot().parts == durable and again.for_this_boot().written == 6
+    fsynced = resume.PartialRecord("a", 20, '"v"', written)  # durable: good in any boot
+    assert resume.PartialRecord.decode(fsynced.encode()).for_this_boot().parts == written
+    bad = record.encode().replace(b'"durable": [[0, 10, 6]', b'"durable": [[0, 10, 11]')
+    assert resume.PartialRecord.decode(bad) is None
+
+
+def test_a_resumed_file_has_exactly_the_pieces_its_record_left(tmp_path: Path) -> None:
+    layout = ((0, 100_000, 100_000), (100_000, 200_000, 5), (200_000, TOTAL, 0))
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    spool = FileSpool(dir_fd, "spool", str(tmp_path))
+    file = RangedFile.resumed((None, "big.bin", "u", 1), spool, SplitPlan(TOTAL, '"v"', {}), 8,
+                              layout)
+    assert file.layout() == layout and file.done == 1 and file.written == 100_005
+    assert file.hand_out() == file.parts[1:]  # the complete one is not asked again
+    assert file.parts[1].headers()[0] == "Range: bytes=100005-199999"
+    spool.discard()

@@ -2,9 +2,9 @@
 
 A transfer lands here when libcurl stopped its in-memory attempt at --spool-above (or at
 once with --spool-above 0). Its first response decides (parts.split_plan): one stream
-into a spool (spooling.SpooledBody), or --parts ranges written by offset into one spool
-(parts.RangedFile). Big transfers hold at most half the handles, so small files keep
-moving beside them; a part is one transfer like any other.
+into a spool (spooling.SpooledBody), or pieces over --parts connections written by offset
+into one spool (parts.RangedFile). Big transfers hold at most half the handles, so small
+files keep moving beside them; a piece is one transfer like any other.
 """
 
 from __future__ import annotations
@@ -40,11 +40,13 @@ HASH_STEP = 8 << 20  # bytes written in order before they are handed to the hash
 POLL_S = 0.02  # how often poll() looks for bytes to hash and to record
 # see nap(): a 4 ms nap while the big bodies average under 64 MB/s each, judged every 0.1 s
 NAP_S, NAP_BELOW_RATE, NAP_WINDOW_S = 0.004, 64 << 20, 0.1
-# A ranged file's bytes are made durable and recorded every CHECKPOINT_S seconds, or
-# every CHECKPOINT_BYTES, while at least CHECKPOINT_MIN bytes came since the last record:
-# a kill -9 costs the rerun about a second of the transfer.
+# A ranged file's bytes are recorded every CHECKPOINT_S seconds, or every CHECKPOINT_BYTES,
+# while at least CHECKPOINT_MIN bytes came since the last record: a kill -9 costs the rerun
+# about a second of the transfer. Every DURABLE_S a record follows an fsync of the data:
+# what a power loss costs (engine/resume.py).
 CHECKPOINT_S = 1.0
 CHECKPOINT_BYTES = 256 << 20
+DURABLE_S = 10.0
 CHECKPOINT_MIN = 1 << 20
 
 
@@ -92,9 +94,10 @@ class BigFiles:
             return
         spool, record = opened
         if record is not None:
-            self._begin(RangedFile.resumed(transfer, spool, plan, record.parts))
+            self._begin(RangedFile.resumed(transfer, spool, plan, self.parts, record.parts),
+                        record)
         else:
-            self._begin(RangedFile(transfer, spool, plan, min(self.parts, plan.total)))
+            self._begin(RangedFile(transfer, spool, plan, self.parts))
 
     def resume(self, transfer: tuple[Any, ...]) -> bool:
         """Start `transfer` from the partial file a killed run left, asking only for the
@@ -113,7 +116,7 @@ class BigFiles:
             return False
         stated = {algorithm: bytes.fromhex(value) for algorithm, value in record.digests}
         plan = SplitPlan(record.total, record.validator, stated)
-        self._begin(RangedFile.resumed(transfer, spool, plan, record.parts))
+        self._begin(RangedFile.resumed(transfer, spool, plan, self.parts, record.parts), record)
         return True
 
     def _open_partial(self, name: str, plan: SplitPlan | None,
@@ -135,15 +138,20 @@ class BigFiles:
             record = None
         if record is None:
             resume.remove(spool.dir_fd, key)
-            os.ftruncate(spool.fd, 0)
+            # Only a file with bytes in it: ext4 writes back on close a file truncated to
+            # zero and written again (auto_da_alloc), 1.4 s for 1 GiB, stalling the loop.
+            if os.fstat(spool.fd).st_size:
+                os.ftruncate(spool.fd, 0)
         return spool, record
 
-    def _begin(self, ranged: RangedFile) -> None:
+    def _begin(self, ranged: RangedFile, record: resume.PartialRecord | None = None) -> None:
+        """Start `ranged`, a new file or one `record` left."""
         ranged.recorded = ranged.written
-        ranged.recorded_at = time.monotonic()
+        ranged.recorded_at = ranged.durable_at = time.monotonic()
+        if record is not None:
+            ranged.durable = record.parts if record.durable is None else record.durable
         self.ranged.add(ranged)
-        self.pending.extend((*ranged.transfer, part) for part in ranged.parts
-                            if not part.complete)
+        self.pending.extend((*ranged.transfer, part) for part in ranged.hand_out())
 
     def start_some(self) -> None:
         free, pending, active = self.fetcher.free, self.pending, self.active
@@ -285,6 +293,11 @@ class BigFiles:
             return
         part.complete = True
         ranged.done += 1
+        ranged.taken -= 1
+        # its next piece first: a file under way keeps its connections, and its bytes
+        # keep coming in order
+        self.pending.extendleft((*ranged.transfer, piece) for piece in
+                                reversed(ranged.hand_out()))
         self._hash_more(ranged, 0)
 
     def _hash_more(self, ranged: RangedFile, at_least: int) -> None:
@@ -294,8 +307,8 @@ class BigFiles:
         if end - ranged.hash_submitted <= at_least and end < ranged.plan.total:
             return
         if end > ranged.hash_submitted:
-            ranged.hashing = self._hasher().submit(ranged.hash_region, ranged.hash_submitted,
-                                                   end)
+            ranged.hash_job = ranged.hashing = self._hasher().submit(
+                ranged.hash_region, ranged.hash_submitted, end)
             ranged.hash_submitted = end
 
     def poll(self) -> None:
@@ -310,12 +323,14 @@ class BigFiles:
                 new = ranged.written - ranged.recorded
                 if new >= CHECKPOINT_BYTES or (new >= CHECKPOINT_MIN and
                                                now - ranged.recorded_at >= CHECKPOINT_S):
-                    self._checkpoint(ranged)
+                    self._checkpoint(ranged, durable=now - ranged.durable_at >= DURABLE_S)
         for ranged in [r for r in self.ranged if r.done == len(r.parts)
-                       and r.hash_submitted == r.plan.total and r.hashing.done()]:
+                       and r.hash_submitted == r.plan.total
+                       and (r.hashing is None or r.hashing.done())]:
             self.ranged.discard(ranged)
             try:
-                ranged.hashing.result()
+                if ranged.hash_job is not None:
+                    ranged.hash_job.result()
             except OSError as exc:
                 self._forget(ranged)
                 raise SinkFatal(f"cannot read back {ranged.name}'s ranges: {exc}") from None
@@ -330,23 +345,32 @@ class BigFiles:
             self._store(ranged.transfer, ranged.spool, ranged.plan.total,
                         ranged.md5.hexdigest())
 
-    def _checkpoint(self, ranged: RangedFile, now: bool = False) -> None:
-        """Record the bytes written so far as durable: fsync, then the record, on the
-        hashing thread (behind its hash jobs) unless `now`."""
-        record = resume.PartialRecord(
-            ranged.name, ranged.plan.total, ranged.plan.validator,
-            tuple((part.start, part.end, part.written) for part in ranged.parts),
-            tuple((algorithm, raw.hex()) for algorithm, raw in ranged.plan.stated.items()))
+    def _checkpoint(self, ranged: RangedFile, durable: bool, now: bool = False) -> None:
+        """Record the bytes written so far, on the hashing thread (behind its hash jobs)
+        unless `now`; `durable`: fsync them first, and record them as durable."""
+        layout = ranged.layout()
+        stated = tuple((algorithm, raw.hex()) for algorithm, raw in ranged.plan.stated.items())
         ranged.recorded = ranged.written
         ranged.recorded_at = time.monotonic()
+        if durable or resume.BOOT_ID is None:
+            durable, ranged.durable_at = True, ranged.recorded_at
         spool = ranged.spool
 
         def write() -> None:
             # A record that cannot be written leaves the one before it: a rerun asks for
             # a little more, and verification decides, as for any file.
             with contextlib.suppress(OSError):
-                os.fsync(spool.fd)
-                resume.save(spool.dir_fd, spool.name, record)
+                if durable:
+                    os.fsync(spool.fd)
+                    ranged.durable = layout
+                    record = resume.PartialRecord(ranged.name, ranged.plan.total,
+                                                  ranged.plan.validator, layout, stated)
+                else:
+                    nothing = tuple((start, end, 0) for start, end, _ in layout)
+                    record = resume.PartialRecord(
+                        ranged.name, ranged.plan.total, ranged.plan.validator, layout,
+                        stated, resume.BOOT_ID or "", ranged.durable or nothing)
+                resume.save(spool.dir_fd, spool.name, record, durable)
 
         if now:
             write()
@@ -371,8 +395,10 @@ class BigFiles:
         held back (its socket would fill and stall the sender)."""
         now = time.monotonic()
         if now - self.window_start >= NAP_WINDOW_S:
-            moved = sum(body.size if isinstance(body, spooling.SpooledBody) else body.written
-                        for body in self.active.values())
+            # (a file's pieces follow each other on a connection: its bytes, not theirs)
+            moved = sum(ranged.written for ranged in self.ranged) + sum(
+                body.size for body in self.active.values()
+                if isinstance(body, spooling.SpooledBody))
             if self.window_start:  # (the first window only begins)
                 rate = (moved - self.last_moved) / (now - self.window_start)
                 self.napping = 0 <= rate < NAP_BELOW_RATE * len(self.active)
@@ -430,7 +456,7 @@ class BigFiles:
         for ranged in list(self.ranged):  # kept for the rerun, with what is durable now
             self.ranged.discard(ranged)
             self._settle(ranged)
-            self._checkpoint(ranged, now=True)
+            self._checkpoint(ranged, durable=True, now=True)
             ranged.spool.close()
         self.pending.clear()
 

@@ -1,20 +1,24 @@
-"""A big file fetched as byte ranges into one spool file: one range, or several over
-separate connections.
+"""A big file fetched as byte ranges into one spool file, over one or several connections.
 
 When the first attempt at a body is stopped for being bigger than --spool-above, its
 headers say whether ranges are safe: a 200 with a Content-Length, `Accept-Ranges: bytes`,
 and a strong validator (ETag, else Last-Modified) that every range request sends back in
-If-Range. A file of at least --split-above gets --parts ranges, a smaller one a single
-range. Each part is a transfer like a small file's: it takes a handle, counts against
---concurrency, and writes its bytes by offset (pwrite). A part that breaks off is retried
-from where it stopped, not from its start. A part is trusted only when the answer is a
-206 whose Content-Range names exactly the range asked for; a 200 (the server ignores
-ranges, or the file changed and If-Range no longer matches) or any other Content-Range
-restarts the file as one plain stream, so a file never mixes bytes of two versions.
+If-Range. The file is cut into pieces (piece_ranges: at least 16 MiB, at most 256 of them)
+handed out in file order to --parts connections (a file under --split-above goes as one
+plain stream instead, engine/big.py). Each piece is a transfer like a small file's: it takes
+a handle, counts against --concurrency, and writes its bytes by offset (pwrite). A piece
+that breaks off is retried from where it stopped, not from its start. A piece is trusted
+only when the answer is a 206 whose Content-Range names exactly the range asked for; a 200
+(the server ignores ranges, or the file changed and If-Range no longer matches) or any other
+Content-Range restarts the file as one plain stream, so a file never mixes bytes of two
+versions.
 
-MD5 is sequential: one thread per worker hashes the file in order, reading back from the
-page cache what is written contiguously from byte 0 on, while the transfers go on, so a
-file's hashing and its download use two cores.
+MD5 is sequential, and pieces in file order keep the bytes written from byte 0 on growing
+at the whole file's rate. The piece where that prefix ends hashes its chunks as they come,
+on the loop's thread (no read back); what other pieces wrote beyond it is read back from the
+page cache and hashed by one thread per worker while the transfers go on. So a file over one
+connection costs what a plain stream costs, and one over eight leaves little to hash once
+its last byte is in (a piece per connection at most, not seven eighths of the file).
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from bulkfetch.sinks.base import SinkFailure, SinkFatal
 from bulkfetch.sinks.spool import FileSpool
 
 READ_CHUNK = 1 << 20  # bytes read back per hash update
+PIECE_MIN = 16 << 20  # bytes of a piece, unless the file has fewer per connection
+PIECES_MAX = 256  # pieces of one file: its resume record stays small
+CATCH_UP_MAX = 4 << 20  # bytes the loop's thread reads back to go on hashing in line
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,32 +70,34 @@ def split_plan(lines: list[bytes]) -> SplitPlan | None:
     return SplitPlan(int(length), validator, stated_digests(headers))
 
 
-def ranges(total: int, parts: int) -> list[tuple[int, int]]:
-    """`parts` contiguous [start, end) ranges covering `total` bytes, sizes within one."""
-    base, extra = divmod(total, parts)
-    out, start = [], 0
-    for number in range(parts):
-        end = start + base + (number < extra)
-        out.append((start, end))
-        start = end
-    return out
+def piece_ranges(total: int, connections: int) -> list[tuple[int, int]]:
+    """Contiguous [start, end) pieces covering `total` bytes in order: PIECE_MIN bytes or
+    more, at most PIECES_MAX, and at least one per connection."""
+    size = max(PIECE_MIN, -(-total // PIECES_MAX))
+    size = max(1, min(size, -(-total // connections)))
+    return [(start, min(start + size, total)) for start in range(0, total, size)]
 
 
 @dataclass(slots=True, eq=False)
 class RangedFile:
-    """One file in parts: where its bytes go and how far they are hashed."""
+    """One file in pieces: where its bytes go, which pieces are out, how far it is hashed."""
 
     transfer: Any  # the file's transfer tuple (page state, name, url, attempt)
     spool: FileSpool
     plan: SplitPlan
-    parts_wanted: int = 2
-    parts: list[Part] = field(default_factory=list)
-    done: int = 0  # parts complete
+    connections: int = 2  # pieces in flight at once
+    parts: list[Part] = field(default_factory=list)  # the pieces, in file order
+    done: int = 0  # pieces complete
+    taken: int = 0  # pieces handed out and not complete (in flight or waiting to retry)
+    cursor: int = 0  # pieces before it are complete or handed out
     cancelled: bool = False
-    hash_submitted: int = 0  # bytes handed to the hashing thread, from 0 on
-    recorded: int = 0  # bytes written when the last durable record was made
+    hash_submitted: int = 0  # bytes hashed, or handed to the hashing thread, from 0 on
+    recorded: int = 0  # bytes written when the last record was made
     recorded_at: float = 0.0  # and when (time.monotonic())
-    hashing: Any = None  # the Future of the last hash job
+    durable: Any = None  # the layout (resume.Layout) the last fsync made durable, when any
+    durable_at: float = 0.0  # when that fsync was asked for (time.monotonic())
+    hashing: Any = None  # the Future of the last job on the hashing thread (hash or record)
+    hash_job: Any = None  # the Future of the last hash job
     md5: Any = field(default_factory=hashlib.md5)
     other: Any = None  # the strongest non-MD5 digest stated, when there is one
 
@@ -97,13 +106,13 @@ class RangedFile:
         if other is not None:
             self.other = hashlib.new(other[0])
         self.parts = [Part(self, start, end) for start, end in
-                      ranges(self.plan.total, self.parts_wanted)]
+                      piece_ranges(self.plan.total, self.connections)]
 
     @classmethod
-    def resumed(cls, transfer: Any, spool: FileSpool, plan: SplitPlan,
+    def resumed(cls, transfer: Any, spool: FileSpool, plan: SplitPlan, connections: int,
                 layout: tuple[tuple[int, int, int], ...]) -> RangedFile:
-        """A file whose parts `layout` ((start, end, bytes written)) a killed run left."""
-        ranged = cls(transfer, spool, plan, len(layout))
+        """A file whose pieces `layout` ((start, end, bytes written)) a killed run left."""
+        ranged = cls(transfer, spool, plan, connections)
         ranged.parts = []
         for start, end, written in layout:
             part = Part(ranged, start, end, written=written)
@@ -112,6 +121,22 @@ class RangedFile:
             ranged.done += part.complete
             ranged.parts.append(part)
         return ranged
+
+    def layout(self) -> tuple[tuple[int, int, int], ...]:
+        """(start, end, bytes written) of each piece: what a resume record holds."""
+        return tuple((part.start, part.end, part.written) for part in self.parts)
+
+    def hand_out(self) -> list[Part]:
+        """The next pieces in file order, as many as connections are free."""
+        out: list[Part] = []
+        parts = self.parts
+        while self.taken < self.connections and self.cursor < len(parts):
+            part = parts[self.cursor]
+            self.cursor += 1
+            if not part.complete:
+                self.taken += 1
+                out.append(part)
+        return out
 
     @property
     def name(self) -> str:
@@ -132,8 +157,8 @@ class RangedFile:
         return end
 
     def hash_region(self, start: int, end: int) -> None:
-        """Runs on the hashing thread: bytes [start, end) of the spool into the hashers
-        (hashlib and pread release the GIL)."""
+        """Bytes [start, end) of the spool into the hashers: on the hashing thread, or on
+        the loop's to catch up (hashlib and pread release the GIL)."""
         hashers = [self.md5] if self.other is None else [self.md5, self.other]
         offset = start
         while offset < end:
@@ -143,6 +168,25 @@ class RangedFile:
             for hasher in hashers:
                 hasher.update(chunk)
             offset += len(chunk)
+
+    def hash_in_line(self, at: int, data: bytes) -> None:
+        """`data`, just written at `at`, into the hashers when every byte before it is
+        hashed: the hashing thread is idle and at most CATCH_UP_MAX bytes need reading back
+        first. Else the thread hashes it later (BigFiles.poll)."""
+        if self.hash_job is not None and not self.hash_job.done():
+            return
+        gap = at - self.hash_submitted
+        if gap:
+            if gap > CATCH_UP_MAX:
+                return
+            try:
+                self.hash_region(self.hash_submitted, at)
+            except OSError:
+                return  # the thread meets it again and reports it
+        self.md5.update(data)
+        if self.other is not None:
+            self.other.update(data)
+        self.hash_submitted = at + len(data)
 
     def mismatch(self) -> str | None:
         """Why the complete file is not the one the server meant, or None."""
@@ -155,7 +199,7 @@ class RangedFile:
 
 @dataclass(slots=True, eq=False)
 class Part:
-    """One range of a RangedFile, as one transfer attempt."""
+    """One piece (a byte range) of a RangedFile, as one transfer attempt."""
 
     file: RangedFile
     start: int
@@ -207,10 +251,14 @@ class Part:
         if self.written + len(data) > self.end - self.start:
             self.problem = f"the server sent more than the {self.end - self.start} bytes asked"
             return 0
+        at = self.start + self.written
+        file = self.file
         try:
-            self.file.spool.write_at(data, self.start + self.written)
+            file.spool.write_at(data, at)
         except (SinkFailure, SinkFatal) as exc:
             self.error = exc
             return 0
+        if self.start <= file.hash_submitted <= at:  # hashing stands in this piece
+            file.hash_in_line(at, data)
         self.written += len(data)
         return None

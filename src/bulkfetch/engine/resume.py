@@ -1,15 +1,25 @@
 """Partial big files kept across runs: DEST/.bulkfetch/partial/<key> and <key>.json.
 
 A file fetched by ranges is written into DEST/.bulkfetch/partial/<key> (key: a hash of
-its name), which a new run does not empty. Beside it, <key>.json records the bytes known
-durable: the file's name, total size and validator, and for each part its range and how
-many bytes from its start are written. The worker that owns the file records it (it alone
-knows when its fsync ended): data fsynced first, then the record written to a temporary
-name, fsynced and renamed over the old one, so after a kill -9 the record never claims
-bytes the disk may not hold. A rerun of the same command finds the record when the name
-is listed again, asks only for the missing ranges with If-Range set to the recorded
-validator, and starts over if the file changed meanwhile. The record is removed before
-the file is stored, and with it when the file is given up.
+its name), which a new run does not empty. Beside it, <key>.json records the file's name,
+total size and validator, and for each piece its range and how many bytes from its start
+are written. The worker that owns the file writes the record, about every second, to a
+temporary name renamed over the old one.
+
+Which bytes a record may claim: a killed process loses nothing it wrote (its bytes are in
+the kernel's page cache), a machine that stops does. So a record names the machine's boot
+(Linux's boot id) and holds two layouts: the bytes written, good while the machine has
+not restarted, and the bytes made durable by the last fsync, about every DURABLE_S (the
+data fsynced first, then the record, itself fsynced). After a kill -9 a rerun continues
+from the last second; after a power loss, from the last fsync. An fsync of a fast
+download's every second would cost the disk's bandwidth while it runs (benchmarks/bigfiles.py,
+one connection: 0.5 to 1 s more per GiB, session 12). Where the boot cannot be told, every
+record is durable.
+
+A rerun of the same command finds the record when the name is listed again, asks only for
+the missing ranges with If-Range set to the recorded validator, and starts over if the file
+changed meanwhile. The record is removed before the file is stored, and with it when the
+file is given up.
 """
 
 from __future__ import annotations
@@ -19,12 +29,25 @@ import hashlib
 import itertools
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bulkfetch.sinks.spool import PARTIAL_DIR
 
 RECORD = ".json"
+Layout = tuple[tuple[int, int, int], ...]  # (start, end, bytes written from start) a piece
+
+
+def _boot_id() -> str | None:
+    """This boot of the machine, or None where it cannot be told."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+BOOT_ID = _boot_id()
 
 
 def partial_key(name: str) -> str:
@@ -37,46 +60,70 @@ class PartialRecord:
     name: str
     total: int
     validator: str
-    parts: tuple[tuple[int, int, int], ...]  # (start, end, bytes written from start)
+    parts: Layout  # the bytes written
     digests: tuple[tuple[str, str], ...] = ()  # (hashlib name, hex) the server stated
+    # When given, `parts` hold only while the machine runs the boot `boot`; `durable` holds
+    # after a restart. When not, `parts` are durable.
+    boot: str = ""
+    durable: Layout | None = None
 
     @property
     def written(self) -> int:
         return sum(part[2] for part in self.parts)
 
+    def for_this_boot(self) -> PartialRecord:
+        """The record with the layout this machine can trust now."""
+        if self.durable is None or (self.boot and self.boot == BOOT_ID):
+            return self
+        return replace(self, parts=self.durable, boot="", durable=None)
+
     def encode(self) -> bytes:
-        return json.dumps({"name": self.name, "total": self.total, "validator": self.validator,
-                           "parts": [list(part) for part in self.parts],
-                           "digests": dict(self.digests)}).encode()
+        raw = {"name": self.name, "total": self.total, "validator": self.validator,
+               "parts": [list(part) for part in self.parts], "digests": dict(self.digests)}
+        if self.durable is not None:
+            raw |= {"boot": self.boot, "durable": [list(part) for part in self.durable]}
+        return json.dumps(raw).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> PartialRecord | None:
         """The record in `data`, or None when it is not one we wrote (ignored, then)."""
         try:
             raw = json.loads(data)
-            parts = tuple((int(s), int(e), int(w)) for s, e, w in raw["parts"])
+            parts = _layout(raw["parts"])
+            durable = _layout(raw["durable"]) if "durable" in raw else None
             digests = tuple((str(k), str(v)) for k, v in raw.get("digests", {}).items())
             record = cls(str(raw["name"]), int(raw["total"]), str(raw["validator"]), parts,
-                         digests)
+                         digests, str(raw.get("boot", "")), durable)
             for _, value in digests:
                 bytes.fromhex(value)
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
-        if not parts or parts[0][0] != 0 or parts[-1][1] != record.total or any(
-                not 0 <= w <= e - s for s, e, w in parts) or any(
-                a[1] != b[0] for a, b in itertools.pairwise(parts)):
+        layouts = [parts] if durable is None else [parts, durable]
+        if not all(_covers(layout, record.total) for layout in layouts):
             return None
         return record
 
 
-def save(dir_fd: int, key: str, record: PartialRecord) -> None:
-    """Write `record` for partial file `key` durably (the data must be fsynced already)."""
+def _layout(raw: list[list[int]]) -> Layout:
+    return tuple((int(s), int(e), int(w)) for s, e, w in raw)
+
+
+def _covers(layout: Layout, total: int) -> bool:
+    """`layout` is pieces in order, from 0 to `total`, each written no further than its end."""
+    return bool(layout) and layout[0][0] == 0 and layout[-1][1] == total and all(
+        0 <= w <= e - s for s, e, w in layout) and all(
+        a[1] == b[0] for a, b in itertools.pairwise(layout))
+
+
+def save(dir_fd: int, key: str, record: PartialRecord, durable: bool) -> None:
+    """Write `record` for partial file `key`; `durable`: fsynced (its data must be already)."""
     temporary = key + RECORD + ".tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
                  | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     try:
         os.write(fd, record.encode())
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.rename(temporary, key + RECORD, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -88,9 +135,10 @@ def load(dir_fd: int, key: str) -> PartialRecord | None:
     except OSError:
         return None
     try:
-        return PartialRecord.decode(os.read(fd, 1 << 20))
+        record = PartialRecord.decode(os.read(fd, 16 << 20))
     finally:
         os.close(fd)
+    return None if record is None else record.for_this_boot()
 
 
 def remove(dir_fd: int, key: str) -> None:
@@ -112,7 +160,7 @@ def records(dest: Path) -> list[PartialRecord]:
                 with contextlib.suppress(OSError):
                     record = PartialRecord.decode((directory / entry).read_bytes())
                     if record is not None:
-                        found.append(record)
+                        found.append(record.for_this_boot())
     return found
 
 
@@ -125,7 +173,7 @@ def describe_partials(dest: Path) -> list[str]:
     for record in found[:20]:
         share = 100 * record.written / record.total if record.total else 100.0
         lines.append(f"  {record.name}: {decimal(record.written)} of {decimal(record.total)} "
-                     f"({share:.0f}%) in {len(record.parts)} ranges")
+                     f"({share:.0f}%) in {len(record.parts)} pieces")
     if len(found) > 20:
         lines.append(f"  ... and {len(found) - 20:,} more")
     return lines if found else []
