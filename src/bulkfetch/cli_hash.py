@@ -1,5 +1,5 @@
 """`bulkfetch hash`: checksums of local files, a check against a checksum file, or a
-re-verification of a tar destination; the engine is bulkfetch.hashing.
+re-verification of a download (tar or dir); the engine is bulkfetch.hashing.
 
 stdout carries exactly what md5sum/sha256sum/b3sum would write (or `md5sum -c`), as bytes, so
 it can be fed back to them; everything else goes to stderr: errors, md5sum's WARNING lines,
@@ -22,7 +22,14 @@ import click
 from rich.filesize import decimal
 
 from bulkfetch.errors import BulkfetchError, UsageError
-from bulkfetch.hashfile import ALGORITHMS, ChecksumReader, check_line, check_warnings, sum_line
+from bulkfetch.hashfile import (
+    ALGORITHMS,
+    CheckEntry,
+    ChecksumReader,
+    check_line,
+    check_warnings,
+    sum_line,
+)
 from bulkfetch.hashing import (
     HashOptions,
     HashProgress,
@@ -226,7 +233,8 @@ def _check(check: str, algo: str | None, options: HashOptions, quiet: bool) -> i
 
 
 def _dest(dest: str, options: HashOptions, quiet: bool) -> int:
-    """Every member of a tar destination against the MD5 its index recorded at download."""
+    """Every member of a tar destination against the MD5 its index recorded at download;
+    a directory destination goes to _dest_directory()."""
     from bulkfetch.dataset import open_dataset
 
     try:
@@ -238,11 +246,7 @@ def _dest(dest: str, options: HashOptions, quiet: bool) -> int:
     told: set[str] = set()  # one stderr line per distinct reason (a lost shard has many)
     with dataset:
         if dataset.kind != "tar":
-            raise click.UsageError(
-                f"{safe_text(dest)} is a directory destination (--sink dir): bulkfetch get "
-                "records no digests for it, so there is nothing to re-verify against. For "
-                f"fresh checksums run `bulkfetch hash {safe_text(dest)} > sums`, and later "
-                "`bulkfetch hash --check sums`")
+            return _dest_directory(Path(dest), options, quiet)
         with _session(progress, quiet) as out:
             for info, digest in verify_members(dataset.infos(), Path(dest), options,
                                                progress):
@@ -261,6 +265,62 @@ def _dest(dest: str, options: HashOptions, quiet: bool) -> int:
         _error(line.replace("listed file", "member"))
     _summary(progress, "members verified", quiet)
     return 1 if unreadable or mismatched else 0
+
+
+def _recorded_sums(dest: Path) -> list[Path]:
+    """The checksum files the directory sink wrote in DEST."""
+    from bulkfetch.sinks.directory import SUMS_DIR
+
+    try:
+        names = sorted(entry for entry in os.listdir(dest / SUMS_DIR) if entry.endswith(".md5"))
+    except OSError:
+        names = []
+    if not names:
+        raise click.UsageError(
+            f"{safe_text(str(dest))} has no checksums recorded ({SUMS_DIR}): it was "
+            "downloaded with --no-verify or by a bulkfetch older than `hash --dest` for "
+            f"directories. For fresh checksums run `bulkfetch hash {safe_text(str(dest))} > "
+            "sums`, and later `bulkfetch hash --check sums`")
+    return [dest / SUMS_DIR / name for name in names]
+
+
+def _dest_directory(dest: Path, options: HashOptions, quiet: bool) -> int:
+    """Every file a directory download recorded (DEST/.bulkfetch/sums) against its MD5.
+    A file fetched again by a rerun has a line per fetch: each is checked."""
+    from bulkfetch.names import check_name
+
+    progress = HashProgress()
+    unreadable = mismatched = improper = 0
+
+    sums = _recorded_sums(dest)
+
+    def entries() -> Iterator[CheckEntry]:
+        nonlocal improper
+        for path in sums:
+            with open(path, "rb") as stream:
+                reader = ChecksumReader(stream, "md5")
+                for entry in reader:
+                    if check_name(entry.path) is None:  # never a path outside DEST
+                        yield CheckEntry(str(dest / entry.path), entry.expected)
+                    else:
+                        improper += 1
+                improper += reader.improper
+
+    with _session(progress, quiet) as out:
+        for entry, digest in check_entries(entries(), "md5", options, progress):
+            shown = os.path.relpath(entry.path, dest)
+            if isinstance(digest, OSError):
+                unreadable += 1
+                _error(f"{safe_name(shown)}: {digest.strerror}")
+                out.write(check_line(shown, "FAILED open or read"))
+            elif digest != entry.expected:
+                mismatched += 1
+                out.write(check_line(shown, "FAILED"))
+            progress.failed = unreadable + mismatched
+    for line in check_warnings(improper, unreadable, mismatched):
+        _error(line)
+    _summary(progress, "files verified", quiet)
+    return 1 if unreadable or mismatched or improper else 0
 
 
 def _require(algo: str) -> None:
@@ -285,8 +345,9 @@ def _require(algo: str) -> None:
                    "'PATH: FAILED' as md5sum -c does.")
 @click.option("--dest", "dest", type=click.Path(file_okay=False), default=None,
               metavar="DEST",
-              help="Re-verify a finished `bulkfetch get --sink tar` download: every member's "
-                   "bytes against the MD5 its index recorded; prints the members that fail.")
+              help="Re-verify a finished `bulkfetch get` download: every tar member against "
+                   "the MD5 its index recorded, every file of a directory against the MD5 "
+                   "recorded in DEST/.bulkfetch/sums; prints the ones that fail.")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress bar and no summary; with --check also no OK lines (as "
                    "md5sum --quiet). Errors and warnings are still printed.")

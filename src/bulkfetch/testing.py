@@ -85,9 +85,16 @@ class ReferenceServer:
         line = b""
         while not line.endswith(b"\n"):
             if time.monotonic() > deadline or self.process.poll() is not None:
+                # its stderr first: stop() closes it
+                late = self.process.poll() is None
+                if late:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                    self.process.wait()
+                error = self.process.stderr.read().decode(errors="replace") \
+                    if self.process.stderr else ""
                 self.stop()
-                error = self.process.stderr.read().decode() if self.process.stderr else ""
-                raise RuntimeError(f"bulkfetch serve did not start: {error.strip()}")
+                when = f" within {self.start_timeout:g} s" if late else ""
+                raise RuntimeError(f"bulkfetch serve did not start{when}: {error.strip()}")
             if selector.select(timeout=0.1):
                 chunk = os.read(self.process.stdout.fileno(), 1)
                 if not chunk:

@@ -1,7 +1,7 @@
 """`bulkfetch hash` end to end: the real CLI in a subprocess beside the real md5sum, sha1sum
 and sha256sum on the same files (byte-identical output, each tool's check reading the
-other's), failures named with exit 1, and `--dest` on a real tar download from the
-reference server, intact and then with one member's bytes damaged in its shard."""
+other's), failures named with exit 1, and `--dest` on real tar and directory downloads
+from the reference server, intact and then with bytes damaged."""
 
 from __future__ import annotations
 
@@ -219,11 +219,41 @@ def test_dest_on_a_missing_shard_names_its_members(downloaded: Path, tmp_path: P
     assert proc.stderr.decode().count(file) == 1  # the reason once, not once per member
 
 
-def test_dest_on_a_directory_destination_exits_2_and_says_what_to_do(tmp_path: Path) -> None:
+def test_dest_reverifies_a_directory_download_and_md5sum_reads_its_sums(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "plain"
+    # sizes on both sides of --spool-above (1 MiB): bodies from memory and from spools
+    with ReferenceServer("--files", "300", "--file-size", "uniform:100:3m") as server:
+        assert bulkfetch.download(server.url, dest, workers=2, fanout=1).exit_code == 0
+    proc = bulkfetch_hash("--dest", dest)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"" and b"300 files verified" in proc.stderr
+    sums = b"".join(p.read_bytes() for p in sorted((dest / ".bulkfetch/sums").iterdir()))
+    assert sums.count(b"\n") == 300
+    checked = subprocess.run(["md5sum", "-c", "--quiet", "-"], input=sums, cwd=dest,
+                             capture_output=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # one byte flipped in one file, another file gone: those two, and only they, are named
+    files = sorted(p for p in dest.rglob("f*") if p.is_file() and ".bulkfetch" not in p.parts)
+    flipped, gone = files[57], files[58]
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    flipped.write_bytes(data)
+    gone.unlink()
+    damaged = bulkfetch_hash("--dest", dest, "-w", "1")
+    assert damaged.returncode == 1
+    assert damaged.stdout.decode().splitlines() == sorted([
+        f"{flipped.relative_to(dest)}: FAILED",
+        f"{gone.relative_to(dest)}: FAILED open or read"], key=lambda line: line.split(":")[0])
+    assert b"WARNING: 1 computed checksum did NOT match" in damaged.stderr
+
+
+def test_dest_on_a_directory_without_recorded_sums_exits_2_and_says_what_to_do(
+        tmp_path: Path) -> None:
     dest = tmp_path / "plain"
     with ReferenceServer("--files", "20") as server:
-        assert bulkfetch.download(server.url, dest, workers=1).exit_code == 0
+        assert bulkfetch.download(server.url, dest, workers=1, verify=False).exit_code == 0
     proc = bulkfetch_hash("--dest", dest)
     assert proc.returncode == 2
     err = proc.stderr.decode()
-    assert "records no digests" in err and f"bulkfetch hash {dest} > sums" in err
+    assert "has no checksums recorded" in err and f"bulkfetch hash {dest} > sums" in err

@@ -261,3 +261,8 @@ def test_bad_flags_exit_2_naming_the_input(args: list[str], mentions: str) -> No
     assert result.returncode == 2
     assert mentions in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_server_that_cannot_start_says_why() -> None:
+    with pytest.raises(RuntimeError, match=r"bulkfetch serve did not start: .*--file-size"):
+        ReferenceServer("--file-size", "no-such-size").start()

@@ -1,5 +1,6 @@
 """The directory sink on its own: files appear whole under their names, replace what a
-previous run left, never follow a planted symlink, and leave no temporary files."""
+previous run left, never follow a planted symlink, leave no temporary files, and record the
+MD5 of what they wrote as md5sum lines at each page end."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from bulkfetch.sinks.base import SinkFailure, Spool
-from bulkfetch.sinks.directory import TMP_DIR, DirectorySink
+from bulkfetch.models import PageReport
+from bulkfetch.sinks.base import SinkFatal
+from bulkfetch.sinks.directory import SUMS_DIR, TMP_DIR, DirectorySink
 from bulkfetch.sinks.null import NullSink
 
 
@@ -138,3 +141,45 @@ def test_the_null_sink_keeps_no_partial_files() -> None:
     """None is what makes the fetcher stream such a file instead of fetching it by
     ranges it could never hash back."""
     assert NullSink().open_partial("key") is None
+
+
+# -- the MD5s recorded for `bulkfetch hash --dest` -------------------------------------------
+def md5(body: bytes) -> str:
+    return hashlib.md5(body).hexdigest()
+
+
+def test_each_page_end_appends_md5sum_lines_of_the_paths_under_dest(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / TMP_DIR).mkdir(parents=True)
+    sink = DirectorySink(dest, 3, fanout=1)
+    report = PageReport(seq=0, ok=2, bytes=0)
+    try:
+        sink.write("flat", b"1", md5(b"1"))
+        sink.write("a/b", b"2", md5(b"2"))
+        sink.write("unverified", b"3")  # --no-verify: no digest, no line
+        assert not (dest / SUMS_DIR).exists()  # nothing before the page ends
+        assert sink.end_page(report) == [report]
+        spooled = spool(sink, "back\\slash", BIG)
+        sink.store_spool(1, "back\\slash", spooled, len(BIG), md5(BIG))
+        sink.end_page(report)
+        sink.end_page(report)  # nothing new: nothing written
+    finally:
+        sink.close()
+    (recorded,) = (dest / SUMS_DIR).iterdir()
+    assert recorded.name.startswith("w3-")
+
+    def where(name: str) -> str:
+        return f"{hashlib.md5(name.encode()).hexdigest()[:2]}/{name}"
+
+    tricky = "back\\slash"  # md5sum escapes the backslash and marks the line with one
+    escaped = where(tricky).replace("\\", "\\\\")
+    assert recorded.read_bytes().decode().splitlines() == [
+        f"{md5(b'1')}  {where('flat')}", f"{md5(b'2')}  {where('a/b')}",
+        "\\" + f"{md5(BIG)}  {escaped}"]
+
+
+def test_checksums_that_cannot_be_recorded_stop_the_run(sink: DirectorySink) -> None:
+    (sink.dest / ".bulkfetch" / "sums").write_text("a file where the directory goes")
+    sink.write("a", b"1", md5(b"1"))
+    with pytest.raises(SinkFatal, match=r"cannot record checksums in .*sums/w0-"):
+        sink.end_page(PageReport(seq=0, ok=1, bytes=0))
