@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch.sinks.base import SinkFailure, Spool
 from bulkfetch.models import PageReport
-from bulkfetch.sinks.base import SinkFatal
+from bulkfetch.sinks.base import SinkFailure, SinkFatal, Spool
 from bulkfetch.sinks.directory import SUMS_DIR, TMP_DIR, DirectorySink
 from bulkfetch.sinks.null import NullSink
 
