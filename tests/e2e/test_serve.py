@@ -264,5 +264,6 @@ def test_bad_flags_exit_2_naming_the_input(args: list[str], mentions: str) -> No
 
 
 def test_a_server_that_cannot_start_says_why() -> None:
-    with pytest.raises(RuntimeError, match=r"(?s)bulkfetch serve did not start: .*'no-such-size' is not a size"):
+    with pytest.raises(RuntimeError,
+                       match=r"(?s)bulkfetch serve did not start: .*'no-such-size' is not a size"):
         ReferenceServer("--file-size", "no-such-size").start()
