@@ -245,3 +245,16 @@ def test_a_resumed_file_has_exactly_the_pieces_its_record_left(tmp_path: Path) -
     assert file.hand_out() == file.parts[1:]  # the complete one is not asked again
     assert file.parts[1].headers()[0] == "Range: bytes=100005-199999"
     spool.discard()
+
+
+def test_with_a_core_to_spare_nothing_is_hashed_in_line(tmp_path: Path) -> None:
+    file = ranged(tmp_path)
+    file.in_line = False  # the hashing thread takes it all (BigFiles.poll hands it over)
+    for part in file.parts:
+        answer(part)
+        feed(part, BODY[part.start : part.end])
+        part.complete = True
+    assert file.hash_submitted == 0 and file.hashable_end() == TOTAL
+    file.hash_region(0, TOTAL)
+    assert file.md5.digest() == hashlib.md5(BODY).digest()
+    file.spool.discard()

@@ -69,6 +69,10 @@ class BigFiles:
         self.napping = False
         # Names with a partial file a killed run left (engine/resume.py): read once.
         self.partials = resume.names_with_records(Path(fetcher.options.dest))
+        # A core to spare (more than workers): the hashing thread hashes a ranged file
+        # beside its transfers; else the loop hashes in line, which costs less CPU.
+        usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        self.hash_in_line = (len(usable) if usable else os.cpu_count() or 1) <= limits.workers
         self.restarts = 0  # ranged files started over as one stream
         self.size_only = 0  # ranged files no whole-file digest vouched for
 
@@ -146,6 +150,7 @@ class BigFiles:
 
     def _begin(self, ranged: RangedFile, record: resume.PartialRecord | None = None) -> None:
         """Start `ranged`, a new file or one `record` left."""
+        ranged.in_line = self.hash_in_line
         ranged.recorded = ranged.written
         ranged.recorded_at = ranged.durable_at = time.monotonic()
         if record is not None:

@@ -14,11 +14,13 @@ Content-Range restarts the file as one plain stream, so a file never mixes bytes
 versions.
 
 MD5 is sequential, and pieces in file order keep the bytes written from byte 0 on growing
-at the whole file's rate. The piece where that prefix ends hashes its chunks as they come,
-on the loop's thread (no read back); what other pieces wrote beyond it is read back from the
-page cache and hashed by one thread per worker while the transfers go on. So a file over one
-connection costs what a plain stream costs, and one over eight leaves little to hash once
-its last byte is in (a piece per connection at most, not seven eighths of the file).
+at the whole file's rate. On a worker with no core to spare, the piece where that prefix
+ends hashes its chunks as they come, on the loop's thread (no read back); what other pieces
+wrote beyond it is read back from the page cache and hashed by one thread per worker while
+the transfers go on. So a file over one connection costs what a plain stream costs, and one
+over eight leaves little to hash once its last byte is in (a piece per connection at most,
+not seven eighths of the file). When the machine has more cores than workers, the thread
+hashes everything: the transfer and the hash run on two cores.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class RangedFile:
     hash_job: Any = None  # the Future of the last hash job
     md5: Any = field(default_factory=hashlib.md5)
     other: Any = None  # the strongest non-MD5 digest stated, when there is one
+    in_line: bool = True  # hash where the hash stands in line; False: all on the thread
 
     def __post_init__(self) -> None:
         other = strongest(self.plan.stated)
@@ -258,7 +261,7 @@ class Part:
         except (SinkFailure, SinkFatal) as exc:
             self.error = exc
             return 0
-        if self.start <= file.hash_submitted <= at:  # hashing stands in this piece
+        if file.in_line and self.start <= file.hash_submitted <= at:  # hashing stands here
             file.hash_in_line(at, data)
         self.written += len(data)
         return None
