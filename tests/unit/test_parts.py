@@ -258,3 +258,10 @@ def test_with_a_core_to_spare_nothing_is_hashed_in_line(tmp_path: Path) -> None:
     file.hash_region(0, TOTAL)
     assert file.md5.digest() == hashlib.md5(BODY).digest()
     file.spool.discard()
+
+
+def test_a_partial_file_holds_a_record_by_the_bytes_written_not_the_pieces_ahead() -> None:
+    # pieces in file order: the last ones not started begin beyond the file's end
+    record = resume.PartialRecord("a", 40, '"v"', ((0, 10, 10), (10, 20, 5), (20, 40, 0)))
+    assert record.held_by(15) and not record.held_by(14)
+    assert resume.PartialRecord("a", 40, '"v"', ((0, 40, 0),)).held_by(0)

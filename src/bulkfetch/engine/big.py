@@ -136,7 +136,7 @@ class BigFiles:
         record = resume.load(spool.dir_fd, key)
         if record is not None and (
                 record.name != name
-                or os.fstat(spool.fd).st_size < max(s + w for s, _, w in record.parts)
+                or not record.held_by(os.fstat(spool.fd).st_size)
                 or (plan is not None and (record.total, record.validator)
                     != (plan.total, plan.validator))):
             record = None

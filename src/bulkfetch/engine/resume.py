@@ -71,6 +71,11 @@ class PartialRecord:
     def written(self) -> int:
         return sum(part[2] for part in self.parts)
 
+    def held_by(self, size: int) -> bool:
+        """Whether a partial file of `size` bytes can hold every byte the record claims
+        (pieces not started claim none, wherever they begin)."""
+        return size >= max((s + w for s, _, w in self.parts if w), default=0)
+
     def for_this_boot(self) -> PartialRecord:
         """The record with the layout this machine can trust now."""
         if self.durable is None or (self.boot and self.boot == BOOT_ID):
