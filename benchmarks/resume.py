@@ -3,7 +3,7 @@
     python benchmarks/resume.py [--size 4g] [--rate 40m] [--parts 8] [--work DIR]
 
 The reference server (paced to RATE per connection, access log on) serves one file of
-SIZE. `bulkfetch get` runs until its partial record says about half the file is durable,
+SIZE. `bulkfetch get` runs until its partial record says about half the file is written,
 and its whole process group is killed with SIGKILL; the same command then runs to the end.
 The access log says how many bytes the rerun asked for (issue 18: at most 55% of the
 file), and the result is checked against the server's MD5 ETag.
@@ -78,8 +78,8 @@ def main() -> None:
         first.wait()
         killed_after = time.monotonic() - started
         if not kept:
-            raise SystemExit("the first run ended before half the file was durable")
-        log(f"killed after {killed_after:.1f} s with {kept / MIB:,.0f} MiB recorded durable")
+            raise SystemExit("the first run ended before half the file was recorded")
+        log(f"killed after {killed_after:.1f} s with {kept / MIB:,.0f} MiB recorded written")
         since, _, _ = asked_bytes(access, 0)
         rerun = run_measured(command)
         _, asked, statuses = asked_bytes(access, since)
@@ -93,7 +93,7 @@ def main() -> None:
           f"server paced to {args.rate}/s per connection ({pin.note})\n")
     print("| run | seconds | bytes of the file asked | share of the file | answers |")
     print("|---|---:|---:|---:|---|")
-    print(f"| first, killed | {killed_after:.1f} | - | {kept / size:.1%} durable | - |")
+    print(f"| first, killed | {killed_after:.1f} | - | {kept / size:.1%} recorded | - |")
     print(f"| rerun | {rerun.seconds:.1f} | {asked:,} | {asked / size:.1%} | "
           f"{', '.join(f'{s}' for s in sorted(set(statuses)))} |")
     print()
