@@ -32,6 +32,7 @@ __all__ = [
     "check_warnings",
     "parse_line",
     "sum_line",
+    "sum_lines",
 ]
 
 ALGORITHMS = ("md5", "sha1", "sha256", "blake3")
@@ -66,6 +67,15 @@ def sum_line(hexdigest: str, path: str, algo: str = "md5") -> bytes:
     if search(name) is None:
         return b"%s  %s\n" % (hexdigest.encode(), name)
     return b"\\%s  %s\n" % (hexdigest.encode(), _escape(name, pattern))
+
+
+def sum_lines(entries: list[tuple[str, str]]) -> bytes:
+    """sum_line() of each (MD5 hex, path), joined; one encode and three scans when no path
+    needs escaping (the usual case: the directory sink writes a page of them at a time)."""
+    data = os.fsencode("".join([f"{digest}  {path}\n" for digest, path in entries]))
+    if data.count(b"\n") == len(entries) and b"\\" not in data and b"\r" not in data:
+        return data
+    return b"".join([sum_line(digest, path) for digest, path in entries])
 
 
 def check_line(path: str, status: str) -> bytes:

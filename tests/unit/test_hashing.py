@@ -23,6 +23,7 @@ from bulkfetch.hashfile import (
     check_warnings,
     parse_line,
     sum_line,
+    sum_lines,
 )
 from bulkfetch.hashing import (
     HashOptions,
@@ -397,3 +398,11 @@ def test_the_bar_shows_bytes_against_what_is_listed_so_far() -> None:
     progress.read_bytes = lambda: 2_000_000
     text = shown()  # 1 MB more in about 0.1 s: an ETA of about 0.2 s
     assert "50.0%" in text and "4.0 MB+" not in text and "ETA 00:00:00" in text
+
+
+@pytest.mark.parametrize("paths", [
+    ["plain", "a/b", "space name"],  # the one-pass path
+    ["plain", "back\\slash"], ["new\nline", "x"], ["cr\rx"], [os.fsdecode(b"caf\xe9")], []])
+def test_a_batch_of_sum_lines_is_the_lines_one_by_one(paths: list[str]) -> None:
+    entries = [(hashlib.md5(p.encode(errors="surrogateescape")).hexdigest(), p) for p in paths]
+    assert sum_lines(entries) == b"".join(sum_line(d, p) for d, p in entries)

@@ -22,7 +22,7 @@ import os
 from collections import OrderedDict
 from pathlib import Path
 
-from bulkfetch.hashfile import sum_line
+from bulkfetch.hashfile import sum_lines
 from bulkfetch.models import PageReport
 from bulkfetch.names import local_parts
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Writer, fatal_or_failure
@@ -175,10 +175,8 @@ class DirectorySink:
     def _record_sums(self) -> None:
         """Append the md5sum lines of the files written since the last call."""
         fanout = self.fanout
-        lines = b"".join(
-            sum_line(md5, "/".join(local_parts(name, fanout))
-                     if fanout or "/" in name else name)
-            for name, md5 in self.sums)
+        lines = sum_lines([(md5, "/".join(local_parts(name, fanout))
+                            if fanout or "/" in name else name) for name, md5 in self.sums])
         self.sums.clear()
         where = self.dest / SUMS_DIR / self.sums_name
         try:
