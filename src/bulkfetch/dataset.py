@@ -36,7 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
 
-from bulkfetch import index
+from bulkfetch import index, samples
 from bulkfetch.errors import BulkfetchError, DataCorrupt, DataUnreadable, UsageError
 from bulkfetch.names import RESERVED, check_name, local_parts
 
@@ -159,6 +159,12 @@ class Dataset(ABC):
 
     def __iter__(self) -> Iterator[tuple[str, bytes]]:
         return self.items()
+
+    def samples(self, pattern: str | None = None, *,
+                on_error: OnError | None = None) -> Iterator[dict[str, str | bytes]]:
+        """items() grouped into webdataset-style samples, {"__key__": key, extension: bytes}
+        (see bulkfetch.samples): consecutive members with the same key are one sample."""
+        return samples.group(self.items(pattern, on_error=on_error))
 
     def __getitem__(self, name: str) -> bytes:
         return self.get(name)
