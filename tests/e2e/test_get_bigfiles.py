@@ -303,3 +303,25 @@ def test_a_file_changed_between_runs_starts_over_and_ends_as_the_new_file(
     data = SyntheticDataSet(1, 1000, 0, parse_size_spec(RESUMED), salt="rewritten")
     assert_complete(dest, {data.name(0): hashlib.md5(data.body(0)).hexdigest()})
     assert os.listdir(dest / ".bulkfetch" / "partial") == []
+
+
+def test_a_big_name_listed_twice_never_shares_a_partial_file(tmp_path: Path) -> None:
+    """Both transfers of the name are in flight together: the second goes as a plain stream
+    into its own temporary file instead of writing into (or emptying) the first's."""
+    with ReferenceServer("--files", "2", "--file-size", "24m",
+                         "--bandwidth-per-connection", "16m") as server:
+        # two items, one name: a page keeps both (it drops only an item listed twice)
+        urls = [f"{server.url}/get/f0000000000", f"{server.url}/get/f0000000001",
+                f"{server.url}/get/f0000000000?again"]
+        (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
+        proc = subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(tmp_path / "urls.txt"),
+             str(tmp_path / "d"), "-w", "1", "--quiet", "--split-above", "1m", "--parts", "2",
+             "--report", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert proc.returncode == 0, proc.stderr
+    assert report["files_ok"] == 3 and report["retries"] == 0, report
+    data = SyntheticDataSet(2, 1000, 0, parse_size_spec("24m"))
+    for index in (0, 1):
+        assert (tmp_path / "d" / "get" / data.name(index)).read_bytes() == data.body(index)
+    assert os.listdir(tmp_path / "d" / ".bulkfetch" / "partial") == []

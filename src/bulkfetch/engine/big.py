@@ -10,6 +10,7 @@ files keep moving beside them; a piece is one transfer like any other.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import time
 from collections import deque
@@ -93,7 +94,7 @@ class BigFiles:
         except SinkFailure as exc:
             self.fetcher._fail(state, name, str(exc), transfer[3])
             return
-        if opened is None:  # the null sink keeps nothing to hash later or to resume
+        if opened is None:  # the null sink keeps nothing, or the same name is in flight
             self.pending.append(transfer)
             return
         spool, record = opened
@@ -128,10 +129,18 @@ class BigFiles:
         """The partial file of `name` and its record; the record only when the file can
         be resumed: its bytes are there, and they are of `plan`'s version of the file when
         a plan is given. A file that cannot be resumed is emptied and its record removed.
-        None for a sink that keeps no partial files. Raises SinkFailure."""
+        None for a sink that keeps no partial files, or when another transfer holds the
+        file. Raises SinkFailure."""
         key = resume.partial_key(name)
         spool = self.fetcher.sink.open_partial(key)
         if spool is None:
+            return None
+        try:
+            # One transfer per partial file: the same name listed twice, in this worker or
+            # another, goes as a plain stream of its own (the lock goes with the fd).
+            fcntl.flock(spool.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            spool.close()
             return None
         record = resume.load(spool.dir_fd, key)
         if record is not None and (
