@@ -136,10 +136,12 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
                    "the way) instead of being held in memory; 0 streams every body.")
 @click.option("--split-above", default="64m", show_default=True, metavar="BYTES",
               help="A body at least this big, from a server that serves ranges (Accept-Ranges "
-                   "and an ETag or Last-Modified), is fetched in --parts ranges at once.")
+                   "and an ETag or Last-Modified), is fetched by ranges: in pieces over --parts "
+                   "connections, resumable byte by byte after an interruption.")
 @click.option("--parts", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Ranges a big file is split into, each over its own connection and "
-                   "counted against --concurrency (1: never split).")
+              help="Connections a big file is fetched over at once, taking its pieces (16 MiB "
+                   "or more) in file order; each counts against --concurrency (1: one "
+                   "connection).")
 @click.option("--list-path", default="/list", show_default=True, help="Listing endpoint.")
 @click.option("--names-key", default="FileNames", show_default=True,
               help="JSON key of the names on a list page.")

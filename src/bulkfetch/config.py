@@ -82,8 +82,8 @@ class Limits:
     # Bodies larger than this stream into the sink's spool as they arrive; smaller ones are
     # collected in memory (the fast path). 0: every body streams.
     spool_above: int = 1 << 20
-    # A body of at least split_above bytes, from a server that serves ranges, is fetched as
-    # `parts` ranges over separate connections (parts 1: never split).
+    # A body of at least split_above bytes, from a server that serves ranges, is fetched in
+    # pieces over `parts` connections (engine/parts.py).
     split_above: int = 64 << 20
     parts: int = 8
 
