@@ -12,6 +12,7 @@ from bulkfetch.config import (
     RetryPolicy,
     SinkOptions,
     SourceShape,
+    TableOptions,
     Timeouts,
 )
 from bulkfetch.models import Progress, Report
@@ -48,6 +49,9 @@ def build_options(
     get_template: str = "/get/{name}",
     restart: bool = False,
     retry_failed: bool = False,
+    url_col: str = "url",
+    name_col: str | None = None,
+    name_template: str | None = None,
 ) -> GetOptions:
     """Validated, frozen options; raises bulkfetch.UsageError naming the bad input."""
     return GetOptions(
@@ -66,6 +70,7 @@ def build_options(
         verify=verify,
         restart=restart,
         retry_failed=retry_failed,
+        table=TableOptions(url_col, name_col, name_template),
     )
 
 

@@ -97,7 +97,17 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
 @click.argument("dest", required=False, metavar="DEST")
 @click.option("--from-file", "from_file", type=click.Path(dir_okay=False), default=None,
               metavar="URLS.txt", help="Fetch the URLs listed in this file (one per line, "
-                                       "streamed); then give only DEST.")
+                                       "streamed), or in the rows of a .csv, .tsv (with a "
+                                       "header row) or .jsonl table; then give only DEST.")
+@click.option("--url-col", default="url", show_default=True, metavar="COLUMN",
+              help="With a --from-file table: the column holding each row's URL.")
+@click.option("--name-col", default=None, metavar="COLUMN",
+              help="With a --from-file table: the column holding each file's name "
+                   "[default: the URL's path].")
+@click.option("--name-template", default=None, metavar="TEMPLATE",
+              help="With a --from-file table: each file's name from the row's {index} (from "
+                   "0) and the URL's {ext}, e.g. '{index:09d}{ext}' (URLs that share a last "
+                   "path component no longer collide).")
 @click.option("-w", "--workers", type=click.IntRange(min=1), default=None,
               help="Worker processes. [default: cores]")
 @click.option("-c", "--concurrency", type=click.IntRange(min=1), default=64, show_default=True,

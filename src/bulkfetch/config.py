@@ -128,6 +128,27 @@ class SinkOptions:
 
 
 @dataclass(frozen=True)
+class TableOptions:
+    """How rows of a URL table (--from-file .csv/.tsv/.jsonl) become files."""
+
+    url_col: str = "url"
+    name_col: str | None = None
+    name_template: str | None = None  # with {index} (row, from 0) and {ext} (the URL's)
+
+    def __post_init__(self) -> None:
+        if self.name_col is not None and self.name_template is not None:
+            raise UsageError("give --name-col or --name-template, not both")
+        if self.name_template is not None:
+            try:
+                self.name_template.format(index=0, ext=".jpg")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise UsageError(
+                    f"--name-template {self.name_template!r}: {exc!r}; it may use {{index}} "
+                    "(the row, from 0, e.g. {index:09d}) and {ext} (the URL's extension)"
+                ) from None
+
+
+@dataclass(frozen=True)
 class GetOptions:
     source: str  # the listing API's base URL, or the path of a URL list (from_file)
     dest: str
@@ -140,15 +161,34 @@ class GetOptions:
     verify: bool = True
     restart: bool = False
     retry_failed: bool = False
+    table: TableOptions = field(default_factory=TableOptions)
 
     def fingerprint(self) -> dict[str, object]:
         """What makes two runs 'the same run' for resuming: source and output layout."""
-        return {
+        found = {
             "source": self.source,
             "from_file": self.from_file,
             "shape": asdict(self.shape),
             "sink": self.sink.layout(),
         }
+        if self.from_file and self.source.lower().endswith((".csv", ".tsv", ".jsonl")):
+            # resuming by byte offset is right only in the same table, read the same way
+            found |= {"table": asdict(self.table), "table_identity": table_identity(self.source)}
+        return found
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def table_identity(path: str) -> list[object]:
+    """(size, mtime in ns, SHA-256 of the first MiB) of a URL table, or [] when unreadable
+    (the source then says why)."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as handle:
+            stat = os.fstat(handle.fileno())
+            head = hashlib.sha256(handle.read(1 << 20)).hexdigest()
+    except OSError:
+        return []
+    return [stat.st_size, stat.st_mtime_ns, head]

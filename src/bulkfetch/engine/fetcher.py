@@ -30,7 +30,7 @@ from bulkfetch.engine.curl import (
 from bulkfetch.models import SHOWN_IN_FLIGHT, Failure, Page, PageReport, Tick, largest_first
 from bulkfetch.names import check_name
 from bulkfetch.sinks.base import Sink, SinkFailure, Writer
-from bulkfetch.sources.base import Source
+from bulkfetch.sources.base import Source, unusable_name
 
 _HEX = frozenset("0123456789abcdef")
 _HEX_BYTES = frozenset(b"0123456789abcdef")
@@ -182,7 +182,7 @@ class Fetcher:
                 self._fail(state, item, "unsafe name: name is not valid UTF-8", 0)
                 continue
             except ValueError as exc:
-                self._fail(state, item, str(exc), 0)
+                self._fail(state, unusable_name(item), str(exc), 0)
                 continue
             reason = check_name(name)
             if reason is not None:

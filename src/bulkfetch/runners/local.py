@@ -38,6 +38,7 @@ from bulkfetch.models import (
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
 from bulkfetch.sources import make_source
+from bulkfetch.sources.base import unusable_name
 
 ProgressCallback = Callable[[Progress], None]
 UPDATE_S = 0.1
@@ -406,7 +407,7 @@ class _Coordinator:
         try:
             return self.source.resolve(item)[0]
         except ValueError:
-            return item
+            return unusable_name(item)
 
     def _fail_run(self, message: str) -> None:
         self.error = message

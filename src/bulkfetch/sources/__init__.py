@@ -1,19 +1,29 @@
-"""Where names come from: a paginated JSON API or a list of URLs."""
+"""Where names come from: a paginated JSON API, a list of URLs, or a table of them."""
 
 from __future__ import annotations
 
-from bulkfetch.config import GetOptions
+from bulkfetch.config import GetOptions, TableOptions
+from bulkfetch.errors import UsageError
 from bulkfetch.sources.base import ListedPage, ListingError, Source
 from bulkfetch.sources.fileserver import FileServerSource
+from bulkfetch.sources.table import TableSource, table_format
 from bulkfetch.sources.urllist import UrlListSource
 
 
 def make_source(options: GetOptions) -> Source:
     if options.from_file:
+        if table_format(options.source) is not None:
+            return TableSource(options.source, options.table)
+        if options.source.lower().endswith(".parquet"):
+            raise UsageError(f"--from-file {options.source!r}: Parquet tables are not read yet; "
+                             "export it as CSV or JSONL (e.g. with pyarrow or DuckDB)")
+        if options.table != TableOptions():
+            raise UsageError("--url-col, --name-col and --name-template apply to a .csv, .tsv "
+                             f"or .jsonl table; {options.source!r} is read as one URL a line")
         return UrlListSource(options.source)
     return FileServerSource(options.source, options.shape, options.timeouts,
                             options.limits.max_page_size)
 
 
-__all__ = ["FileServerSource", "ListedPage", "ListingError", "Source", "UrlListSource",
-           "make_source"]
+__all__ = ["FileServerSource", "ListedPage", "ListingError", "Source", "TableSource",
+           "UrlListSource", "make_source"]

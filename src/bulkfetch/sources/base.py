@@ -14,6 +14,12 @@ class ListedPage:
     total: int | None = None  # files in the whole listing, when the source says so
 
 
+def unusable_name(item: str) -> str:
+    """The name a listed item that resolve() refused is reported and journaled under: a
+    table's item is "name NUL url" (sources/table.py), any other item stands for itself."""
+    return item.partition("\0")[0] or item
+
+
 class ListingError(Exception):
     """A page could not be listed. `retryable`: another attempt may succeed."""
 

@@ -1,0 +1,165 @@
+"""`--from-file TABLE.csv|.tsv|.jsonl`: a table of URLs, one row per file, streamed page by
+page.
+
+The URL is in column --url-col (default `url`). The file's name is column --name-col, or
+--name-template filled with the row's `index` (from 0, in file order) and the URL's `ext`
+(`.jpg`, or "" when its last path component has none): img2dataset's `{index:09d}{ext}`
+names files that share a last path component apart. Without either, the name is the URL's
+path, as for a plain URL list. CSV and TSV need a header row naming the columns; a JSONL
+line is a JSON object. A page's token is `OFFSET:INDEX`, the byte where its first row
+starts and that row's index, so resuming never rereads the table from the top. A listed
+item is `name NUL url`; a row that cannot give a URL becomes `name NUL NUL reason`, a
+failure of its own.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import posixpath
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO
+from urllib.parse import unquote, urlsplit
+
+from bulkfetch.config import TableOptions
+from bulkfetch.errors import UsageError
+from bulkfetch.sources.base import ListedPage, ListingError
+
+ROWS_PER_PAGE = 1000
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
+
+
+def table_format(path: str) -> str | None:
+    """"csv", "tsv" or "jsonl" by the file's extension; None for a plain URL list."""
+    return FORMATS.get(posixpath.splitext(path.lower())[1])
+
+
+def url_name(url: str) -> str:
+    """A file's name from its URL alone: the path, decoded, without the leading slash."""
+    return unquote(urlsplit(url).path, errors="surrogateescape").lstrip("/")
+
+
+def _extension(url: str) -> str:
+    leaf = urlsplit(url).path.rsplit("/", 1)[-1]
+    dot = leaf.rfind(".")
+    return unquote(leaf[dot:]) if dot > 0 else ""
+
+
+class TableSource:
+    def __init__(self, path: str, options: TableOptions,
+                 rows_per_page: int = ROWS_PER_PAGE) -> None:
+        kind = table_format(path)
+        if kind is None:
+            raise UsageError(f"--from-file {path!r}: not a .csv, .tsv or .jsonl table")
+        self.path = path
+        self.kind = kind
+        self.options = options
+        self.rows_per_page = rows_per_page
+        self.columns: list[str] = []
+        self.body_start = 0  # the byte after the header row (CSV, TSV)
+        try:
+            with open(path, "rb") as handle:
+                if kind != "jsonl":
+                    self.columns, self.body_start = self._header(handle)
+        except OSError as exc:
+            raise UsageError(f"--from-file {path!r}: {exc.strerror}") from None
+        if kind != "jsonl":
+            for flag, column in (("--url-col", options.url_col),
+                                 ("--name-col", options.name_col)):
+                if column is not None and column not in self.columns:
+                    raise UsageError(
+                        f"--from-file {path!r}: {flag} {column!r} is not a column of its "
+                        f"header ({', '.join(map(repr, self.columns)) or 'empty'})")
+
+    def _header(self, handle: IO[bytes]) -> tuple[list[str], int]:
+        consumed = 0
+
+        def lines() -> Iterator[str]:
+            nonlocal consumed
+            for raw in iter(handle.readline, b""):
+                consumed += len(raw)
+                yield raw.decode("utf-8-sig" if consumed == len(raw) else "utf-8",
+                                 "surrogateescape")
+
+        header = next(csv.reader(lines(), delimiter=self._delimiter()), [])
+        return header, consumed
+
+    def _delimiter(self) -> str:
+        return "\t" if self.kind == "tsv" else ","
+
+    def describe(self) -> str:
+        return f"URLs in column {self.options.url_col!r} of {self.path}"
+
+    def list_page(self, token: str | None) -> ListedPage:
+        offset, index = (int(part) for part in token.split(":")) if token else (
+            self.body_start, 0)
+        items: list[str] = []
+        consumed = 0
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(offset)
+
+                def lines() -> Iterator[str]:
+                    nonlocal consumed
+                    for raw in iter(handle.readline, b""):
+                        consumed += len(raw)
+                        yield raw.decode("utf-8", "surrogateescape")
+
+                rows = self._rows(lines())
+                for row in rows:
+                    items.append(self._item(index, row))
+                    index += 1
+                    if len(items) == self.rows_per_page:
+                        break
+                more = handle.read(1) != b""
+        except OSError as exc:
+            raise ListingError(f"reading {self.path}: {exc.strerror}", retryable=False) from None
+        except csv.Error as exc:
+            raise ListingError(f"{self.path}: row {index + 1}: {exc}", retryable=False) from None
+        following = f"{offset + consumed}:{index}"
+        return ListedPage(tuple(dict.fromkeys(items)), following if more else None)
+
+    def _rows(self, lines: Iterable[str]) -> Iterator[dict[str, str] | str]:
+        """Each row as {column: value}, or a str saying why a line is not a row."""
+        if self.kind == "jsonl":
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    yield f"not JSON: {exc}"
+                    continue
+                yield ({k: "" if v is None else str(v) for k, v in row.items()}
+                       if isinstance(row, dict) else "not a JSON object")
+            return
+        for values in csv.reader(lines, delimiter=self._delimiter()):
+            if values:
+                yield dict(zip(self.columns, values, strict=False))
+
+    def _item(self, index: int, row: dict[str, str] | str) -> str:
+        options = self.options
+        url = row.get(options.url_col, "").strip() if isinstance(row, dict) else ""
+        if options.name_col is not None and isinstance(row, dict):
+            name = row.get(options.name_col, "")
+        elif options.name_template is not None:
+            name = options.name_template.format(index=index, ext=_extension(url))
+        else:
+            name = url_name(url)
+        if not isinstance(row, dict):
+            return f"{name or f'row {index}'}\0\0row {index}: {row}"
+        if not url:
+            return f"{name or f'row {index}'}\0\0row {index}: no URL in column {options.url_col!r}"
+        return f"{name}\0{url}"
+
+    def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
+        return None
+
+    def resolve(self, item: str) -> tuple[str, str]:
+        name, _, rest = item.partition("\0")
+        if rest.startswith("\0"):
+            raise ValueError(rest[1:])
+        parts = urlsplit(rest)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http:// or https:// URL: {rest!r}")
+        return name, rest

@@ -1,0 +1,90 @@
+"""URL tables on their own (issue 19): CSV, TSV and JSONL rows to (name, URL), pages that
+resume at a byte offset, names from a column or a template, and rows that cannot give a URL
+failing on their own."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from bulkfetch.config import TableOptions
+from bulkfetch.errors import UsageError
+from bulkfetch.sources.table import TableSource
+
+URLS = [f"http://h{i % 2}.example/img/{i}/photo.jpg" for i in range(7)]
+
+
+def write_csv(path: Path, delimiter: str = ",") -> Path:
+    with path.open("w", newline="", encoding="utf-8-sig") as handle:  # a BOM, as Excel writes
+        writer = csv.writer(handle, delimiter=delimiter)
+        writer.writerow(["caption", "url", "key"])
+        for i, url in enumerate(URLS):
+            writer.writerow([f'line one, "two"\nline {i}', url, f"k/{i}.jpg"])
+    return path
+
+
+def listed(source: TableSource) -> tuple[list[tuple[str, str]], list[str | None]]:
+    """Every (name, url) over all pages, and the tokens the pages were listed with."""
+    got, tokens, token = [], [], None
+    while True:
+        tokens.append(token)
+        page = source.list_page(token)
+        got += [source.resolve(item) for item in page.items]
+        if page.next_token is None:
+            return got, tokens
+        token = page.next_token
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_rows_with_quoted_newlines_page_by_byte_offset(tmp_path: Path, suffix: str) -> None:
+    path = write_csv(tmp_path / f"t{suffix}", "," if suffix == ".csv" else "\t")
+    source = TableSource(str(path), TableOptions(name_template="{index:09d}{ext}"),
+                         rows_per_page=3)
+    got, tokens = listed(source)
+    assert got == [(f"{i:09d}.jpg", url) for i, url in enumerate(URLS)]
+    # a page's token is where its first row starts: listing from it alone gives that page
+    assert len(tokens) == 3 and tokens[2] is not None and tokens[2].endswith(":6")
+    assert [source.resolve(i) for i in source.list_page(tokens[2]).items] == [
+        ("000000006.jpg", URLS[6])]
+
+
+def test_names_come_from_a_column_or_the_url_path(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "t.csv")
+    by_column, _ = listed(TableSource(str(path), TableOptions(name_col="key")))
+    assert [name for name, _ in by_column] == [f"k/{i}.jpg" for i in range(7)]
+    by_url, _ = listed(TableSource(str(path), TableOptions()))
+    assert by_url[3] == ("img/3/photo.jpg", URLS[3])
+
+
+def test_jsonl_rows_that_give_no_url_fail_on_their_own(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join([json.dumps({"url": URLS[0], "w": 3}), "", "not json",
+                               json.dumps(["a list"]), json.dumps({"link": URLS[1]}),
+                               json.dumps({"url": "ftp://x/y"}), json.dumps({"url": URLS[2]})])
+                    + "\n")
+    source = TableSource(str(path), TableOptions(name_template="{index}{ext}"))
+    outcomes = []
+    for item in source.list_page(None).items:
+        try:
+            outcomes.append(source.resolve(item))
+        except ValueError as exc:
+            outcomes.append(str(exc))
+    assert outcomes == [
+        ("0.jpg", URLS[0]), "row 1: not JSON: Expecting value: line 1 column 1 (char 0)",
+        "row 2: not a JSON object", "row 3: no URL in column 'url'",
+        "not an http:// or https:// URL: 'ftp://x/y'", ("5.jpg", URLS[2])]
+
+
+def test_bad_columns_and_templates_are_usage_errors_naming_them(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "t.csv")
+    with pytest.raises(UsageError, match=r"--url-col 'link' is not a column .*'caption', 'url'"):
+        TableSource(str(path), TableOptions(url_col="link"))
+    with pytest.raises(UsageError, match=r"--name-template '\{row\}'"):
+        TableOptions(name_template="{row}")
+    with pytest.raises(UsageError, match="not both"):
+        TableOptions(name_col="key", name_template="{index}")
+    with pytest.raises(UsageError, match=r"not a \.csv, \.tsv or \.jsonl"):
+        TableSource(str(tmp_path / "t.txt"), TableOptions())
