@@ -40,7 +40,9 @@ def url_name(url: str) -> str:
 
 
 def _extension(url: str) -> str:
-    leaf = urlsplit(url).path.rsplit("/", 1)[-1]
+    """The URL path's extension (`.jpg`), by string search: this runs once per row."""
+    path = url.partition("?")[0].partition("#")[0]
+    leaf = path[path.rfind("/") + 1:]
     dot = leaf.rfind(".")
     return unquote(leaf[dot:]) if dot > 0 else ""
 
@@ -105,8 +107,7 @@ class TableSource:
                         consumed += len(raw)
                         yield raw.decode("utf-8", "surrogateescape")
 
-                rows = self._rows(lines())
-                for row in rows:
+                for row in self._rows(lines()):
                     items.append(self._item(index, row))
                     index += 1
                     if len(items) == self.rows_per_page:
@@ -117,10 +118,12 @@ class TableSource:
         except csv.Error as exc:
             raise ListingError(f"{self.path}: row {index + 1}: {exc}", retryable=False) from None
         following = f"{offset + consumed}:{index}"
-        return ListedPage(tuple(dict.fromkeys(items)), following if more else None)
+        return ListedPage(tuple(items), following if more else None)
 
-    def _rows(self, lines: Iterable[str]) -> Iterator[dict[str, str] | str]:
-        """Each row as {column: value}, or a str saying why a line is not a row."""
+    def _rows(self, lines: Iterable[str]) -> Iterator[tuple[str, str] | str]:
+        """(URL, the name column's value or "") of each row, or a str saying why a line is
+        not a row."""
+        url_col, name_col = self.options.url_col, self.options.name_col
         if self.kind == "jsonl":
             for line in lines:
                 if not line.strip():
@@ -130,24 +133,32 @@ class TableSource:
                 except ValueError as exc:
                     yield f"not JSON: {exc}"
                     continue
-                yield ({k: "" if v is None else str(v) for k, v in row.items()}
-                       if isinstance(row, dict) else "not a JSON object")
+                if not isinstance(row, dict):
+                    yield "not a JSON object"
+                    continue
+                url, name = row.get(url_col), row.get(name_col) if name_col else None
+                yield ("" if url is None else str(url),
+                       "" if name is None else str(name))
             return
+        at = self.columns.index(url_col)
+        named = self.columns.index(name_col) if name_col is not None else -1
         for values in csv.reader(lines, delimiter=self._delimiter()):
             if values:
-                yield dict(zip(self.columns, values, strict=False))
+                width = len(values)
+                yield (values[at] if at < width else "",
+                       values[named] if 0 <= named < width else "")
 
-    def _item(self, index: int, row: dict[str, str] | str) -> str:
+    def _item(self, index: int, row: tuple[str, str] | str) -> str:
         options = self.options
-        url = row.get(options.url_col, "").strip() if isinstance(row, dict) else ""
-        if options.name_col is not None and isinstance(row, dict):
-            name = row.get(options.name_col, "")
+        if isinstance(row, str):
+            return f"row {index}\0\0row {index}: {row}"
+        url = row[0].strip()
+        if options.name_col is not None:
+            name = row[1]
         elif options.name_template is not None:
             name = options.name_template.format(index=index, ext=_extension(url))
         else:
             name = url_name(url)
-        if not isinstance(row, dict):
-            return f"{name or f'row {index}'}\0\0row {index}: {row}"
         if not url:
             return f"{name or f'row {index}'}\0\0row {index}: no URL in column {options.url_col!r}"
         return f"{name}\0{url}"
