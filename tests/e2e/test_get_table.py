@@ -4,13 +4,19 @@ component on two hosts are both kept, and a rerun that fetches nothing again."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from getkit import read_journal
 
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.sizes import parse_size_spec
@@ -98,3 +104,30 @@ def test_retry_failed_asks_again_for_the_rows_that_failed(tmp_path: Path) -> Non
         asked = [r.target for r in server.requests()[before:] if r.target.startswith("/get/")]
     assert retried.returncode == 1, retried.stderr
     assert asked == ["/get/missing"]  # only the failed row with a URL, nothing else
+
+
+def test_kill_9_midway_then_the_rerun_asks_only_for_the_pages_not_done(tmp_path: Path) -> None:
+    files, dest = 15_000, tmp_path / "d"
+    data = SyntheticDataSet(files, 1000, 0, parse_size_spec("100"))
+    with ReferenceServer("--files", str(files), "--latency", "20", access_log=True) as server:
+        source = table(tmp_path / "urls.csv", server.port, files=files)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(source), str(dest),
+             "--name-template", "{index:06d}{ext}.bin", "-w", "2", "--quiet"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        done, deadline = 0, time.monotonic() + 120
+        while done < 10:  # of 30 pages
+            assert first.poll() is None and time.monotonic() < deadline, "ended before 10 pages"
+            with contextlib.suppress(sqlite3.OperationalError):  # not readable yet
+                rows = read_journal(dest, "SELECT count(*) FROM pages WHERE status = 'done'")
+                done = rows[0][0] if rows else 0
+            time.sleep(0.02)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        before = len(server.requests())
+        proc, _ = get(source, dest, tmp_path / "r.json")
+        asked = [r for r in server.requests()[before:] if r.target.startswith("/get/")]
+    assert proc.returncode == 0, proc.stderr
+    assert len(asked) <= 2 * files - done * 1000, (len(asked), done)  # not from row 0
+    for row in range(2 * files):
+        assert (dest / f"{row:06d}.bin").read_bytes() == data.body(row // 2), row
