@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 from bulkfetch.config import TableOptions
 from bulkfetch.errors import UsageError
 from bulkfetch.sources.base import ListedPage, ListingError
+from bulkfetch.sources.urllist import url_name
 
 ROWS_PER_PAGE = 1000
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
@@ -32,11 +33,6 @@ FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
 def table_format(path: str) -> str | None:
     """"csv", "tsv" or "jsonl" by the file's extension; None for a plain URL list."""
     return FORMATS.get(posixpath.splitext(path.lower())[1])
-
-
-def url_name(url: str) -> str:
-    """A file's name from its URL alone: the path, decoded, without the leading slash."""
-    return unquote(urlsplit(url).path, errors="surrogateescape").lstrip("/")
 
 
 def _extension(url: str) -> str:
@@ -74,17 +70,8 @@ class TableSource:
                         f"header ({', '.join(map(repr, self.columns)) or 'empty'})")
 
     def _header(self, handle: IO[bytes]) -> tuple[list[str], int]:
-        consumed = 0
-
-        def lines() -> Iterator[str]:
-            nonlocal consumed
-            for raw in iter(handle.readline, b""):
-                consumed += len(raw)
-                yield raw.decode("utf-8-sig" if consumed == len(raw) else "utf-8",
-                                 "surrogateescape")
-
-        header = next(csv.reader(lines(), delimiter=self._delimiter()), [])
-        return header, consumed
+        lines = _CountedLines(handle, bom=True)
+        return next(csv.reader(lines, delimiter=self._delimiter()), []), lines.consumed
 
     def _delimiter(self) -> str:
         return "\t" if self.kind == "tsv" else ","
@@ -96,18 +83,12 @@ class TableSource:
         offset, index = (int(part) for part in token.split(":")) if token else (
             self.body_start, 0)
         items: list[str] = []
-        consumed = 0
+        lines: _CountedLines | None = None
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(offset)
-
-                def lines() -> Iterator[str]:
-                    nonlocal consumed
-                    for raw in iter(handle.readline, b""):
-                        consumed += len(raw)
-                        yield raw.decode("utf-8", "surrogateescape")
-
-                for row in self._rows(lines()):
+                lines = _CountedLines(handle)
+                for row in self._rows(lines):
                     items.append(self._item(index, row))
                     index += 1
                     if len(items) == self.rows_per_page:
@@ -117,7 +98,7 @@ class TableSource:
             raise ListingError(f"reading {self.path}: {exc.strerror}", retryable=False) from None
         except csv.Error as exc:
             raise ListingError(f"{self.path}: row {index + 1}: {exc}", retryable=False) from None
-        following = f"{offset + consumed}:{index}"
+        following = f"{offset + lines.consumed}:{index}"
         return ListedPage(tuple(items), following if more else None)
 
     def _rows(self, lines: Iterable[str]) -> Iterator[tuple[str, str] | str]:
@@ -158,7 +139,7 @@ class TableSource:
         elif options.name_template is not None:
             name = options.name_template.format(index=index, ext=_extension(url))
         else:
-            name = url_name(url)
+            name = url_name(urlsplit(url).path)
         if not url:
             return f"{name or f'row {index}'}\0\0row {index}: no URL in column {options.url_col!r}"
         return f"{name}\0{url}"
@@ -174,3 +155,19 @@ class TableSource:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http:// or https:// URL: {rest!r}")
         return name, rest
+
+
+class _CountedLines:
+    """The decoded lines of a binary file, counting the bytes read: csv.reader asks for a
+    line only when a row needs it, so after a row the count ends exactly at its end."""
+
+    def __init__(self, handle: IO[bytes], bom: bool = False) -> None:
+        self.handle = handle
+        self.consumed = 0
+        self.bom = bom  # the first line may start with a UTF-8 byte-order mark
+
+    def __iter__(self) -> Iterator[str]:
+        for raw in iter(self.handle.readline, b""):
+            self.consumed += len(raw)
+            yield raw.decode("utf-8-sig" if self.bom else "utf-8", "surrogateescape")
+            self.bom = False

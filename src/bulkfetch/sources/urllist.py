@@ -51,5 +51,9 @@ class UrlListSource:
         parts = urlsplit(item)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("not an http:// or https:// URL")
-        name = unquote(parts.path, errors="surrogateescape").lstrip("/")
-        return name, item
+        return url_name(parts.path), item
+
+
+def url_name(path: str) -> str:
+    """A file's name from its URL's path alone: decoded, without the leading slash."""
+    return unquote(path, errors="surrogateescape").lstrip("/")
