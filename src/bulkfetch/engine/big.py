@@ -83,9 +83,8 @@ class BigFiles:
         response's headers."""
         plan = split_plan(lines)
         if plan is None or plan.total < self.split_above:
-            # Below --split-above one plain stream, hashed as it arrives, is cheaper than
-            # a range hashed by the thread (benchmarks/bigfiles.py, session 11); such a
-            # file is not resumed: fetching it again costs little.
+            # Below --split-above one plain stream, hashed as it arrives: no resume
+            # record, no pieces; such a file is not resumed, fetching it again costs little.
             self.pending.append(transfer)
             return
         state, name = transfer[0], transfer[1]
