@@ -389,11 +389,15 @@ def test_disk_full_stops_cleanly_and_the_rerun_completes_after_freeing_space(
     ok, failed, _ = status_counts(result.stdout)
     assert (ok, failed) == (report["files_ok"], 0)
     assert assert_journal_consistent(sink, dest, ds_expected, page_size) == ok
+    # a shard sealed and indexed after the journal could take no more is kept: the next
+    # start journals its pages from the index (a directory's file is fetched again)
+    kept = len(tar_members(dest)) if sink == "tar" else ok
+    assert kept >= ok
 
     small_disk("64m")  # space freed
     rerun, report = get(server.url, dest, tmp_path / "rerun.json", *extra, "--quiet")
     assert rerun.returncode == 0, rerun.stderr
-    assert report["files_ok"] == files and report["resumed_files"] == ok
+    assert report["files_ok"] == files and report["resumed_files"] == kept
     assert_sink_complete(sink, dest, ds_expected)
 
 

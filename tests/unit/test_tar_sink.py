@@ -121,6 +121,28 @@ def test_pax_record_length_counts_itself() -> None:
         assert int(length) == len(record) and rest == f"path={value}\n".encode()
 
 
+def test_pages_begun_before_any_file_arrives_fill_shards_by_the_files_they_bring(
+        tmp_path: Path) -> None:
+    # the start of a run: every page out begins before the first body comes back
+    dest = tmp_path / "dest"
+    sink = make_sink(dest, shard_files=3)
+    writers = [sink.begin_page(seq, files=2) for seq in range(4)]
+    for seq, write in enumerate(writers):
+        write(f"p{seq}-0", b"x", None)
+        write(f"p{seq}-1", b"x", None)
+    released = []
+    for seq in range(4):
+        released += sink.end_page(PageReport(seq, 2, 2))
+    released = settled(sink, released) + sink.flush()
+    assert sorted(r.seq for r in released) == [0, 1, 2, 3]
+    # 2 + 2 files given reach 3: two pages a shard, not all four in the first
+    assert [n for n, _, _ in read_shard(dest / "shard-000-000001.tar")] == [
+        "p0-0", "p0-1", "p1-0", "p1-1"]
+    assert [n for n, _, _ in read_shard(dest / "shard-000-000002.tar")] == [
+        "p2-0", "p2-1", "p3-0", "p3-1"]
+    sink.close()
+
+
 def test_a_page_stays_in_one_shard_and_a_full_shard_closes_when_its_pages_end(
         tmp_path: Path) -> None:
     dest = tmp_path / "dest"

@@ -157,7 +157,7 @@ class Fetcher:
         return self.pages_held == 0
 
     def add_page(self, page: Page) -> None:
-        state = _PageState(page, len(page.names), self.sink.begin_page(page.seq))
+        state = _PageState(page, len(page.names), self.sink.begin_page(page.seq, len(page.names)))
         self.pages_held += 1
         self.live.add(state)
         urls = self.source.plain_urls(page.names)

@@ -54,8 +54,8 @@ class Spool(Protocol):
 
 
 class Sink(Protocol):
-    def begin_page(self, seq: int) -> Writer:
-        """The writer for the files of page `seq`."""
+    def begin_page(self, seq: int, files: int = 0) -> Writer:
+        """The writer for the `files` files of page `seq`."""
         ...
 
     def open_spool(self, name: str) -> Spool:

@@ -96,7 +96,7 @@ class DirectorySink:
             return SinkFailure(f"{where} is a symlink or a file, not a directory")
         return fatal_or_failure(exc, f"cannot open directory {where}")
 
-    def begin_page(self, seq: int) -> Writer:
+    def begin_page(self, seq: int, files: int = 0) -> Writer:
         return self.write
 
     def write(self, name: str, body: bytes, md5: str | None = None) -> None:

@@ -12,7 +12,7 @@ def _discard(name: str, body: bytes, md5: str | None) -> None:
 
 
 class NullSink:
-    def begin_page(self, seq: int) -> Writer:
+    def begin_page(self, seq: int, files: int = 0) -> Writer:
         return _discard
 
     def open_spool(self, name: str) -> NullSpool:

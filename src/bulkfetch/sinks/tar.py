@@ -61,6 +61,7 @@ class _Shard:
         self.packer = new_packer(self.fd, self.where, self.mtime)
         self.add = self.packer.add  # the page's writer: one call per stored file
         self.open_pages = 0
+        self.given = 0  # files of the pages begun in it
         self.held: list[PageReport] = []
 
     @property
@@ -176,9 +177,12 @@ class TarSink:
         return self.conn
 
     def _full(self, shard: _Shard) -> bool:
-        return shard.files >= self.shard_files or shard.offset >= self.shard_size
+        # the files given (not only those stored): at the start of a run every page out
+        # begins before any file arrives, and would all land in the first shard
+        return (max(shard.files, shard.given) >= self.shard_files
+                or shard.offset >= self.shard_size)
 
-    def begin_page(self, seq: int) -> Writer:
+    def begin_page(self, seq: int, files: int = 0) -> Writer:
         shard = self.current
         if shard is not None and self._full(shard):
             self.draining.append(shard)  # closes when its last page ends
@@ -188,6 +192,7 @@ class TarSink:
                                           self.dest)
             self.next_number += 1
         shard.open_pages += 1
+        shard.given += files
         self.shard_of[seq] = shard
         return shard.add
 
