@@ -468,19 +468,21 @@ class Journal:
         with self._write() as c:
             c.execute("UPDATE run SET listing_done = 1")
 
-    def pending_pages(self) -> list[tuple[int, str | None]]:
-        with self._translated():
-            rows = self._db.execute(
-                "SELECT seq, token FROM pages WHERE status = 'listed' ORDER BY seq").fetchall()
-        return [(seq, None if tok == "" else _dec(tok)) for seq, tok in rows]
+    def pending_pages(self) -> list[tuple[int, str | None, str | None]]:
+        """(seq, token, next token) of the pages not done, in seq order."""
+        return self._pages("status = 'listed'")
 
-    def failed_pages(self) -> list[tuple[int, str | None]]:
-        """(seq, token) of done pages that still have failures, in seq order."""
+    def failed_pages(self) -> list[tuple[int, str | None, str | None]]:
+        """(seq, token, next token) of done pages that still have failures, in seq order."""
+        return self._pages("status = 'done' AND failed > 0")
+
+    def _pages(self, where: str) -> list[tuple[int, str | None, str | None]]:
         with self._translated():
             rows = self._db.execute(
-                "SELECT seq, token FROM pages WHERE status = 'done' AND failed > 0 "
-                "ORDER BY seq").fetchall()
-        return [(seq, None if tok == "" else _dec(tok)) for seq, tok in rows]
+                f"SELECT seq, token, next_token FROM pages WHERE {where} ORDER BY seq"
+            ).fetchall()
+        return [(seq, None if tok == "" else _dec(tok), None if nxt is None else _dec(nxt))
+                for seq, tok, nxt in rows]
 
     def last_page(self) -> tuple[int, str | None] | None:
         """(seq, token) of the last journaled page; None before the first."""

@@ -3,12 +3,15 @@
     with ReferenceServer("--files", "1000") as server:
         urllib.request.urlopen(server.url + "/list")
 
-Used by bulkfetch's own test suite and usable by anyone testing against the seed API.
+Used by bulkfetch's own test suite and usable by anyone testing against the seed API; also
+a tree of webdataset samples to serve with `--root`, and what webdataset reads back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import random
 import selectors
 import signal
 import subprocess
@@ -183,3 +186,39 @@ def write_dir_destination(dest: Path, files: Mapping[str, bytes]) -> None:
         path = dest.joinpath(*name.split("/"))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(body)
+
+
+# -- samples (issue 19): a tree of webdataset-style samples, and what webdataset reads back --
+SAMPLE_SHAPES = (("jpg",), ("jpg", "txt"), ("jpg", "json", "txt"), ("seg.png", "cls"),
+                 ("tar.gz",))
+
+
+def write_sample_tree(root: Path, samples: int, seed: int = 0) -> dict[str, dict[str, str]]:
+    """`samples` samples of 1-3 members (nested directories, multi-dot extensions) under
+    `root`; returns key -> {extension: MD5 of the member}."""
+    rng = random.Random(seed)
+    expected: dict[str, dict[str, str]] = {}
+    for i in range(samples):
+        folder = root / f"part{i % 7}" / f"sub{(i // 7) % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        key = f"part{i % 7}/sub{(i // 7) % 3}/{i:06d}"
+        for extension in rng.choice(SAMPLE_SHAPES):
+            body = rng.randbytes(rng.randint(1, 3000))
+            (folder / f"{i:06d}.{extension}").write_bytes(body)
+            expected.setdefault(key, {})[extension] = hashlib.md5(body).hexdigest()
+    return expected
+
+
+def read_samples(dest: Path) -> tuple[int, dict[str, dict[str, str]]]:
+    """(samples the webdataset package reads from DEST's shards, key -> {extension: MD5})
+    of the last sample read under each key."""
+    import webdataset  # the test extra: the real reader users have
+
+    shards = sorted(str(p) for p in Path(dest).glob("shard-*.tar"))
+    count, found = 0, {}
+    for sample in webdataset.WebDataset(shards, shardshuffle=False, empty_check=False):
+        count += 1
+        found[sample["__key__"]] = {extension: hashlib.md5(body).hexdigest()
+                                    for extension, body in sample.items()
+                                    if not extension.startswith("__")}
+    return count, found

@@ -126,7 +126,7 @@ def test_pages_begun_before_any_file_arrives_fill_shards_by_the_files_they_bring
     # the start of a run: every page out begins before the first body comes back
     dest = tmp_path / "dest"
     sink = make_sink(dest, shard_files=3)
-    writers = [sink.begin_page(seq, files=2) for seq in range(4)]
+    writers = [sink.begin_page(seq, [f"p{seq}-0", f"p{seq}-1"]) for seq in range(4)]
     for seq, write in enumerate(writers):
         write(f"p{seq}-0", b"x", None)
         write(f"p{seq}-1", b"x", None)

@@ -11,6 +11,7 @@ import itertools
 import random
 import time
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -30,7 +31,7 @@ from bulkfetch.engine.curl import (
 from bulkfetch.models import SHOWN_IN_FLIGHT, Failure, Page, PageReport, Tick, largest_first
 from bulkfetch.names import check_name
 from bulkfetch.sinks.base import Sink, SinkFailure, Writer
-from bulkfetch.sources.base import Source, unusable_name
+from bulkfetch.sources.base import Source, data_url_body, unusable_name
 
 _HEX = frozenset("0123456789abcdef")
 _HEX_BYTES = frozenset(b"0123456789abcdef")
@@ -157,41 +158,81 @@ class Fetcher:
         return self.pages_held == 0
 
     def add_page(self, page: Page) -> None:
-        state = _PageState(page, len(page.names), self.sink.begin_page(page.seq, len(page.names)))
-        self.pages_held += 1
-        self.live.add(state)
         urls = self.source.plain_urls(page.names)
-        # --spool-above 0: every body streams (libcurl reads MAXFILESIZE 0 as no limit).
-        queue = self.pending if self.spool_above else self.big.pending
-        if urls is not None and not self.big.partials:
-            # every name is plain: no per-name check, tuples built in C
-            queue.extend(zip(repeat(state), page.names, urls, repeat(1)))
+        if urls is not None:  # every name is plain: no per-name check, tuples built in C
+            self._add_plain(page, urls)
             return
-        partials, resume = self.big.partials, self.big.resume
-        if urls is not None:  # plain names, and partial files a killed run left
-            for name, url in zip(page.names, urls, strict=True):
-                transfer = (state, name, url, 1)
-                if not (name in partials and resume(transfer)):
-                    queue.append(transfer)
-            return
-        resolve, pending = self.source.resolve, queue
+        # Resolved first: the sink is told the page's names (in listing order) as it begins.
+        names: list[str] = []
+        ready: list[tuple[str, str]] = []  # (name, url) to fetch
+        refused: list[tuple[str, str]] = []  # (name, reason)
+        inline: list[tuple[str, bytes]] = []  # data: URLs (a table row's --save-cols JSON)
+        resolve = self.source.resolve
         for item in page.names:
             try:
                 name, url = resolve(item)
             except UnicodeError:  # e.g. a lone surrogate from \udcff in the JSON
-                self._fail(state, item, "unsafe name: name is not valid UTF-8", 0)
-                continue
+                name, reason = item, "unsafe name: name is not valid UTF-8"
             except ValueError as exc:
-                self._fail(state, unusable_name(item), str(exc), 0)
-                continue
-            reason = check_name(name)
-            if reason is not None:
-                self._fail(state, name, f"unsafe name: {reason}", 0)
-                continue
-            if not (partials and name in partials and resume((state, name, url, 1))):
-                pending.append((state, name, url, 1))
-        if state.remaining == 0:
+                name, reason = unusable_name(item), str(exc)
+            else:
+                reason = check_name(name)
+                if reason is None:
+                    names.append(name)
+                    if url.startswith("data:"):
+                        try:
+                            inline.append((name, data_url_body(url)))
+                        except ValueError as exc:
+                            refused.append((name, str(exc)))
+                    else:
+                        ready.append((name, url))
+                    continue
+                reason = f"unsafe name: {reason}"
+            names.append(name)
+            refused.append((name, reason))
+        state = self._begin(page, names)
+        for name, reason in refused:
+            self._fail(state, name, reason, 0)
+        for name, body in inline:
+            self._store_inline(state, name, body)
+        queue = self.pending if self.spool_above else self.big.pending
+        partials, resume = self.big.partials, self.big.resume
+        for name, url in ready:
+            transfer = (state, name, url, 1)
+            if not (partials and name in partials and resume(transfer)):
+                queue.append(transfer)
+        if state.remaining == 0 and state in self.live:
             self._page_finished(state)
+
+    def _begin(self, page: Page, names: Sequence[str]) -> _PageState:
+        state = _PageState(page, len(page.names), self.sink.begin_page(page.seq, names))
+        self.pages_held += 1
+        self.live.add(state)
+        return state
+
+    def _add_plain(self, page: Page, urls: Iterable[str]) -> None:
+        state = self._begin(page, page.names)
+        # --spool-above 0: every body streams (libcurl reads MAXFILESIZE 0 as no limit).
+        queue = self.pending if self.spool_above else self.big.pending
+        if not self.big.partials:
+            queue.extend(zip(repeat(state), page.names, urls, repeat(1)))
+        else:  # partial files a killed run left
+            partials, resume = self.big.partials, self.big.resume
+            for name, url in zip(page.names, urls, strict=True):
+                transfer = (state, name, url, 1)
+                if not (name in partials and resume(transfer)):
+                    queue.append(transfer)
+        if not page.names:
+            self._page_finished(state)
+
+    def _store_inline(self, state: _PageState, name: str, body: bytes) -> None:
+        """A body the listing carried (a data: URL): stored as fetched, checked by nobody."""
+        try:
+            state.write(name, body, None)
+        except SinkFailure as exc:
+            self._fail(state, name, str(exc), 0)
+            return
+        self._stored(state, len(body))
 
     # -- the loop ------------------------------------------------------------------------
     def step(self, timeout: float) -> list[PageReport]:
@@ -328,6 +369,7 @@ class Fetcher:
 
     def _fail(self, state: _PageState, name: str, reason: str, attempts: int) -> None:
         state.failures.append(Failure(name, reason, attempts))
+        self.sink.skip(state.page.seq, name)
         self.files_failed += 1
         state.remaining -= 1
         if state.remaining == 0:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import queue
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bulkfetch.config import RetryPolicy
+from bulkfetch.engine import carry
 from bulkfetch.sources.base import ListedPage, ListingError, Source
 
 
@@ -34,9 +36,11 @@ ListerEvent = Listed | ListingFinished | ListingFailed
 
 
 class Lister(threading.Thread):
-    def __init__(self, source: Source, policy: RetryPolicy, replay: list[tuple[int, str | None]],
+    def __init__(self, source: Source, policy: RetryPolicy,
+                 replay: list[tuple[int, str | None, str | None]],
                  start_seq: int, start_token: str | None, list_more: bool, ahead: int,
-                 before: tuple[int, str | None] | None = None) -> None:
+                 before: tuple[int, str | None] | None = None,
+                 key_of: Callable[[str], str] | None = None) -> None:
         super().__init__(name="bulkfetch-lister", daemon=True)
         self.source = source
         self.policy = policy
@@ -45,6 +49,8 @@ class Lister(threading.Thread):
         self.start_token = start_token
         self.list_more = list_more
         self.before = before  # (seq, token) of the page before start_seq, when resuming
+        # An item's sample key: with it, a page never ends inside a sample (carry.py).
+        self.key_of = key_of
         self.out: queue.Queue[ListerEvent] = queue.Queue(maxsize=max(1, ahead))
         self.stopping = threading.Event()
         self.rng = random.Random()
@@ -62,6 +68,8 @@ class Lister(threading.Thread):
         return False
 
     def _list(self, seq: int, token: str | None) -> ListedPage | None:
+        """The source's page for a journaled token (its carried items not added)."""
+        token = carry.decode(token)[0]
         attempt = 1
         while True:
             try:
@@ -84,9 +92,17 @@ class Lister(threading.Thread):
                                     f"{type(exc).__name__}: {exc}"))
 
     def _run(self) -> None:
-        for seq, token in self.replay:
+        for seq, token, next_token in self.replay:
             page = self._list(seq, token)
-            if page is None or not self._put(Listed(seq, token, page, replay=True)):
+            if page is None:
+                return
+            # as it was sent: with the items carried in, without those carried out
+            items = carry.decode(token)[1] + page.items
+            carried_out = len(carry.decode(next_token)[1])
+            if carried_out:
+                items = items[:len(items) - carried_out]
+            page = ListedPage(items, next_token, page.total)
+            if not self._put(Listed(seq, token, page, replay=True)):
                 return
         if not self.list_more:
             self._put(ListingFinished())
@@ -112,9 +128,20 @@ class Lister(threading.Thread):
                     "pagination is broken"))
                 return
             previous = page.items
-            if not self._put(Listed(seq, token, page)):
+            sent = self._carried(token, page)
+            if not self._put(Listed(seq, token, sent)):
                 return
             if page.next_token is None:
                 self._put(ListingFinished())
                 return
-            seq, token = seq + 1, page.next_token
+            seq, token = seq + 1, sent.next_token
+
+    def _carried(self, token: str | None, page: ListedPage) -> ListedPage:
+        """`page` as sent: after the items carried into it (by `token`), and without a
+        trailing sample cut off for the next page (named by its next token)."""
+        carried_in = carry.decode(token)[1]
+        items = carried_in + page.items
+        if self.key_of is None or page.next_token is None:  # the last page keeps all
+            return ListedPage(items, page.next_token, page.total) if carried_in else page
+        at = carry.cut(items, self.key_of)
+        return ListedPage(items[:at], carry.encode(page.next_token, items[at:]), page.total)

@@ -35,6 +35,7 @@ from bulkfetch.models import (
     Tick,
     largest_first,
 )
+from bulkfetch.samples import split_key
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
 from bulkfetch.sources import make_source
@@ -264,7 +265,8 @@ class _Coordinator:
             worker.start()
         lister = Lister(self.source, options.retry, replay, next_seq, next_token,
                         list_more=list_more, ahead=options.limits.max_pages_out,
-                        before=journal.last_page() if list_more else None)
+                        before=journal.last_page() if list_more else None,
+                        key_of=self._key_of if options.sink.kind == "tar" else None)
         started = time.monotonic()
         self.started_at = time.time()
         interrupted = False
@@ -401,6 +403,10 @@ class _Coordinator:
                 continue
             tasks.put(Page(event.seq, event.token, items))
             self.pages_out += 1
+
+    def _key_of(self, item: str) -> str:
+        """The sample an item belongs to (webdataset's key of its name)."""
+        return split_key(self._name_of(item))[0]
 
     def _name_of(self, item: str) -> str:
         """The name a listed item is journaled under (the item itself if unusable)."""

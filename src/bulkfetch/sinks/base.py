@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from bulkfetch.models import PageReport
@@ -54,8 +54,13 @@ class Spool(Protocol):
 
 
 class Sink(Protocol):
-    def begin_page(self, seq: int, files: int = 0) -> Writer:
-        """The writer for the `files` files of page `seq`."""
+    def begin_page(self, seq: int, names: Sequence[str] = ()) -> Writer:
+        """The writer for the files of page `seq`, whose names are `names` in listing
+        order (each is then written once, or skipped)."""
+        ...
+
+    def skip(self, seq: int, name: str) -> None:
+        """`name` of page `seq` failed: it will not be written."""
         ...
 
     def open_spool(self, name: str) -> Spool:

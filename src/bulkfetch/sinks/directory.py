@@ -20,6 +20,7 @@ import contextlib
 import errno
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 from bulkfetch.hashfile import sum_lines
@@ -96,8 +97,11 @@ class DirectorySink:
             return SinkFailure(f"{where} is a symlink or a file, not a directory")
         return fatal_or_failure(exc, f"cannot open directory {where}")
 
-    def begin_page(self, seq: int, files: int = 0) -> Writer:
+    def begin_page(self, seq: int, names: Sequence[str] = ()) -> Writer:
         return self.write
+
+    def skip(self, seq: int, name: str) -> None:
+        pass  # each file is published on its own
 
     def write(self, name: str, body: bytes, md5: str | None = None) -> None:
         # Runs once per file: a body taken by one write(2) (any small one) skips the

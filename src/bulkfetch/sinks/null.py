@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import Writer
 from bulkfetch.sinks.spool import NullSpool
@@ -12,8 +14,11 @@ def _discard(name: str, body: bytes, md5: str | None) -> None:
 
 
 class NullSink:
-    def begin_page(self, seq: int, files: int = 0) -> Writer:
+    def begin_page(self, seq: int, names: Sequence[str] = ()) -> Writer:
         return _discard
+
+    def skip(self, seq: int, name: str) -> None:
+        pass
 
     def open_spool(self, name: str) -> NullSpool:
         return NullSpool()

@@ -6,9 +6,10 @@ Shards are plain POSIX tar (ustar, with a PAX header for names that do not fit),
 and webdataset read them as they are.
 
 Pages and shards: every page's files go into ONE shard (the shard that was current when the
-page began), so a page is durable exactly when that shard is closed. A full shard stops
-taking new pages but stays open until the pages it holds finish; meanwhile new pages start
-the next shard. That is why a shard can exceed --shard-files by the pages in flight.
+page began), so a page is durable exactly when that shard is closed. A shard stops taking
+new pages once the pages begun in it bring --shard-files files (or it holds --shard-size
+bytes) but stays open until they finish; meanwhile new pages start the next shard. A page
+writes whole samples in listing order (ordered.py), so webdataset reads them whole.
 
 Closing a shard: write the end-of-archive blocks, fsync, commit its rows to DEST/index.sqlite,
 rename .tar.part -> .tar, fsync DEST. Only then are its pages' reports released to the
@@ -23,6 +24,7 @@ import os
 import sqlite3
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +32,7 @@ from bulkfetch import index
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import SinkFatal, Writer
 from bulkfetch.sinks.directory import TMP_DIR
+from bulkfetch.sinks.ordered import Held, PageInOrder, sample_keys
 from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
 from bulkfetch.sinks.ustar import BLOCK, END, member_header, new_packer
 
@@ -159,6 +162,8 @@ class TarSink:
         self.current: _Shard | None = None
         self.draining: list[_Shard] = []  # full shards waiting for their pages to finish
         self.shard_of: dict[int, _Shard] = {}  # page seq -> its shard
+        self.order_of: dict[int, PageInOrder] = {}  # page seq -> its samples, in order
+        self.held = Held()
         self.conn: sqlite3.Connection | None = None
         # Closing a shard (fsync, index rows, rename) takes a second or so of mostly I/O
         # wait: one thread does it, in order, while the transfers go on.
@@ -182,7 +187,7 @@ class TarSink:
         return (max(shard.files, shard.given) >= self.shard_files
                 or shard.offset >= self.shard_size)
 
-    def begin_page(self, seq: int, files: int = 0) -> Writer:
+    def begin_page(self, seq: int, names: Sequence[str] = ()) -> Writer:
         shard = self.current
         if shard is not None and self._full(shard):
             self.draining.append(shard)  # closes when its last page ends
@@ -192,9 +197,19 @@ class TarSink:
                                           self.dest)
             self.next_number += 1
         shard.open_pages += 1
-        shard.given += files
+        shard.given += len(names)
         self.shard_of[seq] = shard
-        return shard.add
+        keys = sample_keys(names)
+        if keys is None:  # one member a sample: nothing to keep together
+            return shard.add
+        order = self.order_of[seq] = PageInOrder(names, keys, shard.add, shard.add_spooled,
+                                                 self.held)
+        return order.write
+
+    def skip(self, seq: int, name: str) -> None:
+        order = self.order_of.get(seq)
+        if order is not None:
+            order.skip(name)
 
     def open_spool(self, name: str) -> FileSpool:
         self.spooled += 1
@@ -204,12 +219,19 @@ class TarSink:
         return self.partials.open(key, reopen=True)
 
     def store_spool(self, seq: int, name: str, spool: FileSpool, size: int, md5: str) -> None:
+        order = self.order_of.get(seq)
+        if order is not None:
+            order.write_spooled(name, spool, size, md5)  # it discards the spool
+            return
         try:
             self.shard_of[seq].add_spooled(name, spool, size, md5)
         finally:
             spool.discard()
 
     def end_page(self, report: PageReport) -> list[PageReport]:
+        order = self.order_of.pop(report.seq, None)
+        if order is not None:
+            order.finish()
         shard = self.shard_of.pop(report.seq)
         shard.open_pages -= 1
         released = []
@@ -272,9 +294,16 @@ class TarSink:
             else:
                 released += self._finish(shard)
         self.shard_of.clear()
+        self._drop_orders()
         return released + self._collect(wait=True, before=released)
 
+    def _drop_orders(self) -> None:
+        for order in self.order_of.values():
+            order.drop()
+        self.order_of.clear()
+
     def close(self) -> None:
+        self._drop_orders()
         for shard in self.draining + ([self.current] if self.current is not None else []):
             shard.discard()
         self.draining, self.current = [], None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import unquote_to_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +21,20 @@ def unusable_name(item: str) -> str:
     """The name a listed item that resolve() refused is reported and journaled under: a
     table's item is "name NUL url" (sources/table.py), any other item stands for itself."""
     return item.partition("\0")[0] or item
+
+
+def data_url_body(url: str) -> bytes:
+    """The body a data: URL (RFC 2397) carries: base64 when it says `;base64`, else
+    percent-encoded. Raises ValueError when it is not one."""
+    head, comma, data = url.partition(",")
+    if not comma or not head.startswith("data:"):
+        raise ValueError("a data: URL without a comma")
+    if head.endswith(";base64"):
+        try:
+            return base64.b64decode(data, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"a data: URL whose base64 is broken: {exc}") from None
+    return unquote_to_bytes(data)
 
 
 class ListingError(Exception):
