@@ -92,15 +92,23 @@ def test_a_page_journaled_without_a_carry_is_listed_again_as_it_was() -> None:
 def test_a_page_that_is_one_sample_goes_out_whole() -> None:
     names = [f"a.{i}" for i in range(5)] + ["b.0", "c.0"]
     pages = run(lister(Names(names, 3)))
-    # a sample bigger than a page is split (webdataset then sees two); b goes on with c
-    assert [p.page.items for p in pages] == [("a.0", "a.1", "a.2"), ("a.3", "a.4"),
-                                             ("b.0", "c.0")]
+    # a sample bigger than a page is split (webdataset then sees two)
+    assert [p.page.items for p in pages] == [("a.0", "a.1", "a.2"), ("a.3", "a.4", "b.0"),
+                                             ("c.0",)]
+
+
+def test_plain_names_are_never_carried() -> None:
+    names = [f"f{i:04d}.bin" for i in range(50)]
+    pages = run(lister(Names(names, 7)))
+    assert [len(p.page.items) for p in pages] == [7] * 7 + [1]
+    assert all(carry.decode(p.token)[1] == () for p in pages)
 
 
 def test_cut() -> None:
-    assert carry.cut(("a.1", "b.1", "b.2"), key) == 1
-    assert carry.cut(("a.1", "b.1"), key) == 1
-    assert carry.cut(("b.1", "b.2"), key) == 2  # the whole page is one sample: no cut
-    assert carry.cut((), key) == 0
+    assert carry.cut(("a.1", "b.1", "b.2"), "b.3", key) == 1
+    assert carry.cut(("a.1", "b.1"), "c.1", key) == 2  # the next page starts another
+    assert carry.cut(("b.1", "b.2"), "b.3", key) == 2  # the whole page is one sample
+    assert carry.cut(("a.1",), None, key) == 1
+    assert carry.cut((), "x", key) == 0
     assert carry.encode("t", ()) == "t" and carry.decode("t") == ("t", ())
     assert carry.decode(carry.encode(None, ("x\0y", "\udcff"))) == (None, ("x\0y", "\udcff"))

@@ -118,30 +118,33 @@ class Lister(threading.Thread):
             if page is None:
                 return
             previous = page.items
+        held: Listed | None = None  # listed, not sent: its last sample may go on
         while not self.stopping.is_set():
-            page = self._list(seq, token)
-            if page is None:
+            listed = self._list(seq, token)
+            if listed is None:
                 return
-            if page.items and page.items == previous:  # an empty page is never a repeat
+            if listed.items and listed.items == previous:  # an empty page is never a repeat
                 self._put(ListingFailed(
                     f"page {seq} repeats page {seq - 1} under a new token: the server's "
                     "pagination is broken"))
                 return
-            previous = page.items
-            sent = self._carried(token, page)
-            if not self._put(Listed(seq, token, sent)):
+            previous = listed.items
+            carried_in = carry.decode(token)[1]  # resuming after a page that carried
+            page = ListedPage(carried_in + listed.items, listed.next_token, listed.total)
+            if held is not None and self.key_of is not None:
+                last = held.page
+                at = carry.cut(last.items, page.items[0] if page.items else None, self.key_of)
+                token = carry.encode(last.next_token, last.items[at:])
+                if not self._put(Listed(held.seq, held.token,
+                                        ListedPage(last.items[:at], token, last.total))):
+                    return
+                page = ListedPage(last.items[at:] + page.items, page.next_token, page.total)
+                held = None
+            if self.key_of is not None and page.next_token is not None:
+                held = Listed(seq, token, page)
+            elif not self._put(Listed(seq, token, page)):
                 return
             if page.next_token is None:
                 self._put(ListingFinished())
                 return
-            seq, token = seq + 1, sent.next_token
-
-    def _carried(self, token: str | None, page: ListedPage) -> ListedPage:
-        """`page` as sent: after the items carried into it (by `token`), and without a
-        trailing sample cut off for the next page (named by its next token)."""
-        carried_in = carry.decode(token)[1]
-        items = carried_in + page.items
-        if self.key_of is None or page.next_token is None:  # the last page keeps all
-            return ListedPage(items, page.next_token, page.total) if carried_in else page
-        at = carry.cut(items, self.key_of)
-        return ListedPage(items[:at], carry.encode(page.next_token, items[at:]), page.total)
+            seq, token = seq + 1, page.next_token
