@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import socket
+import tarfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +80,45 @@ def test_from_file_with_one_bad_line(reference_server: Start, tmp_path: Path) ->
     assert failure["name"] == "ftp://x" and "http" in failure["reason"]
     # names come from the URL path: DEST/get/<name>
     assert_complete(dest, {f"get/{name}": expected[name] for name in chosen})
+
+
+def tar_bodies(dest: Path) -> dict[str, bytes]:
+    """Every member of DEST's shards, read with tarfile; a name twice fails."""
+    found: dict[str, bytes] = {}
+    for shard in sorted(dest.glob("shard-*.tar")):
+        with tarfile.open(shard) as tar:
+            for member in tar.getmembers():
+                assert member.name not in found, member.name
+                found[member.name] = tar.extractfile(member).read()  # type: ignore[union-attr]
+    return found
+
+
+@pytest.mark.parametrize("sink", ["dir", "tar"])
+def test_from_file_two_urls_naming_one_file_is_a_failure_naming_both(
+        reference_server: Start, tmp_path: Path, sink: str) -> None:
+    server = reference_server("--files", "100")
+    expected = expected_files(100)
+    a, b, c = sorted(expected)[:3]
+    other = f"http://localhost:{server.port}"  # another host, the same path: the same name
+    lines = [f"{server.url}/get/{a}", f"{server.url}/get/{b}", f"{other}/get/{b}",
+             f"{server.url}/get/{c}", f"{other}/get/{a}", f"{server.url}/get/{a}"]
+    urls = tmp_path / "urls.txt"
+    urls.write_text("\n".join(lines) + "\n")
+    dest, report_path = tmp_path / "dest", tmp_path / "r.json"
+    for _ in range(2):  # the rerun decides the same
+        proc = cli("get", "--from-file", str(urls), str(dest), "--sink", sink, "--quiet",
+                   "--report", str(report_path))
+        assert proc.returncode == 1, proc.stderr
+        report = json.loads(report_path.read_text())
+        assert report["files_ok"] == 3 and report["files_failed"] == 2, report
+        reasons = {f["name"]: f["reason"] for f in report["failures"]}
+        assert sorted(reasons) == [f"{other}/get/{a}", f"{other}/get/{b}"]
+        for name, first in ((a, lines[0]), (b, lines[1])):
+            reason = reasons[f"{other}/get/{name}"]
+            assert "name collision" in reason and first in reason and f"get/{name}" in reason
+    stored = stored_files(dest) if sink == "dir" else {
+        n: hashlib.md5(body).hexdigest() for n, body in tar_bodies(dest).items()}
+    assert stored == {f"get/{n}": expected[n] for n in (a, b, c)}
 
 
 def test_null_sink_writes_nothing(reference_server: Start, tmp_path: Path) -> None:
