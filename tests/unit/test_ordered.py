@@ -147,3 +147,20 @@ def test_without_names_every_write_goes_straight_through() -> None:
     order.write("b", b"x", None)
     order.write("a", b"x", None)
     assert shard.members == ["b", "a"]
+
+
+def test_too_many_spools_held_write_complete_samples_out_of_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ordered, "HELD_SPOOLS", 1)
+    shard = Shard()
+    held = Held()
+    order = page(shard, ["a.bin", "b.bin", "c.bin"], held)
+    spools = [Spool(), Spool()]
+    order.write_spooled("b.bin", spools[0], 10, "0" * 32)
+    assert shard.members == [] and held.spools == 1
+    order.write_spooled("c.bin", spools[1], 10, "0" * 32)  # 2 open files: over the limit
+    assert shard.members == ["b.bin", "c.bin"] and held.spools == 0
+    assert all(spool.discarded for spool in spools)
+    order.write("a.bin", b"x", None)
+    order.finish()
+    assert shard.members == ["b.bin", "c.bin", "a.bin"]

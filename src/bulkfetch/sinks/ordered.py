@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-HELD_LIMIT = 16 << 20  # bytes of bodies one shard's pages hold back, at most (see above)
+HELD_LIMIT = 16 << 20  # bytes of bodies one sink's pages hold back, at most (see above)
+HELD_SPOOLS = 64  # spooled bodies held back, at most: each keeps a file open
 
 _SKIPPED: Any = object()  # a position that failed: nothing to write
 _WRITTEN: Any = object()  # a position written out of order, under memory pressure
@@ -40,10 +41,15 @@ def sample_keys(names: Sequence[str]) -> list[str] | None:
 class Held:
     """The bytes held back by all the pages of one sink (shared, so one budget)."""
 
-    __slots__ = ("bytes",)
+    __slots__ = ("bytes", "spools")
 
     def __init__(self) -> None:
         self.bytes = 0
+        self.spools = 0
+
+    @property
+    def over(self) -> bool:
+        return self.bytes > HELD_LIMIT or self.spools > HELD_SPOOLS
 
 
 class PageInOrder:
@@ -88,6 +94,7 @@ class PageInOrder:
             self._put((name, None, md5, spool, size))
             return
         self.waiting[at] = (name, None, md5, spool, size)  # on disk: no memory held
+        self.held.spools += 1
         self._advance()
 
     def skip(self, name: str) -> None:
@@ -95,6 +102,12 @@ class PageInOrder:
         if at is not None and at >= self.next and at not in self.waiting:
             self.waiting[at] = _SKIPPED
             self._advance()
+
+    def _release(self, entry: Entry) -> None:
+        if entry[1] is not None:
+            self.held.bytes -= len(entry[1])
+        else:
+            self.held.spools -= 1
 
     def _put(self, entry: Entry) -> None:
         name, body, md5, spool, size = entry
@@ -115,7 +128,7 @@ class PageInOrder:
                 break
             self._write_sample(range(self.next, end))
             self.next = end
-        if self.held.bytes > HELD_LIMIT:
+        if self.held.over:
             self._write_complete_samples()
 
     def _write_sample(self, positions: range) -> None:
@@ -124,8 +137,7 @@ class PageInOrder:
             entry = waiting.pop(at)
             if entry is _SKIPPED or entry is _WRITTEN:
                 continue
-            if entry[1] is not None:
-                self.held.bytes -= len(entry[1])
+            self._release(entry)
             self._put(entry)
 
     def _write_complete_samples(self) -> None:
@@ -149,8 +161,7 @@ class PageInOrder:
             entry = self.waiting.pop(at)
             if entry is _SKIPPED or entry is _WRITTEN:
                 continue
-            if entry[1] is not None:
-                self.held.bytes -= len(entry[1])
+            self._release(entry)
             self._put(entry)
         self.next = len(self.keys)
 
@@ -159,8 +170,7 @@ class PageInOrder:
         for entry in self.waiting.values():
             if entry is _SKIPPED or entry is _WRITTEN:
                 continue
-            if entry[1] is not None:
-                self.held.bytes -= len(entry[1])
-            else:
+            self._release(entry)
+            if entry[1] is None:
                 entry[3].discard()
         self.waiting.clear()
