@@ -310,14 +310,17 @@ def test_a_big_name_listed_twice_never_shares_a_partial_file(tmp_path: Path) -> 
     into its own temporary file instead of writing into (or emptying) the first's."""
     with ReferenceServer("--files", "2", "--file-size", "24m",
                          "--bandwidth-per-connection", "16m") as server:
-        # two items, one name: a page keeps both (it drops only an item listed twice)
-        urls = [f"{server.url}/get/f0000000000", f"{server.url}/get/f0000000001",
-                f"{server.url}/get/f0000000000?again"]
-        (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
+        # two rows, one name (a table's name column; a URL list refuses the second URL): a
+        # page keeps both (it drops only an item listed twice)
+        rows = [(f"{server.url}/get/f0000000000", "get/f0000000000"),
+                (f"{server.url}/get/f0000000001", "get/f0000000001"),
+                (f"{server.url}/get/f0000000000?again", "get/f0000000000")]
+        (tmp_path / "urls.csv").write_text("url,name\n" + "".join(f"{u},{n}\n" for u, n in rows))
         proc = subprocess.run(
-            [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(tmp_path / "urls.txt"),
-             str(tmp_path / "d"), "-w", "1", "--quiet", "--split-above", "1m", "--parts", "2",
-             "--report", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
+            [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(tmp_path / "urls.csv"),
+             "--name-col", "name", str(tmp_path / "d"), "-w", "1", "--quiet", "--split-above",
+             "1m", "--parts", "2", "--report", str(tmp_path / "r.json")],
+            capture_output=True, text=True, timeout=120)
     report = json.loads((tmp_path / "r.json").read_text())
     assert proc.returncode == 0, proc.stderr
     assert report["files_ok"] == 3 and report["retries"] == 0, report
