@@ -34,6 +34,21 @@ from bulkfetch.bench.harness import (
 from bulkfetch.bench.scratch import FreshFilesystems
 from bulkfetch.bench.stats import median_interval, verdict
 
+
+def pages_done(dest: str | os.PathLike[str]) -> int:
+    """Pages the journal of DEST holds done (0 while it cannot be read yet)."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{dest}/.bulkfetch/journal.sqlite?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT count(*) FROM pages WHERE status = 'done'").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
 __all__ = [
     "CLOCK_TICKS",
     "FreshFilesystems",
@@ -48,6 +63,7 @@ __all__ = [
     "free_port",
     "log",
     "median_interval",
+    "pages_done",
     "pinning",
     "run_measured",
     "settle",

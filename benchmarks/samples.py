@@ -18,7 +18,6 @@ import argparse
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 from bulkfetch.testing import ReferenceServer, read_samples, write_sample_tree
+from harness import pages_done
 
 PAGE = 100
 
@@ -33,17 +33,6 @@ PAGE = 100
 def command(url: str, dest: Path) -> list[str]:
     return [sys.executable, "-m", "bulkfetch", "get", url, str(dest), "--sink", "tar",
             "--shard-files", "200", "-w", "2", "--quiet"]
-
-
-def pages_done(dest: Path) -> int:
-    try:
-        conn = sqlite3.connect(f"file:{dest}/.bulkfetch/journal.sqlite?mode=ro", uri=True)
-        try:
-            return conn.execute("SELECT count(*) FROM pages WHERE status = 'done'").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return 0
 
 
 def killed_at(url: str, dest: Path, moment: int) -> int:

@@ -22,7 +22,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
+from harness import pages_done, tree_pids
 
 RSS_BAR_MB = 150
 
@@ -69,21 +69,10 @@ def file_requests(log: Path) -> int:
         return sum(b" /get/" in line for line in handle)
 
 
-def pages_done(dest: Path) -> int:
-    try:
-        conn = sqlite3.connect(f"file:{dest}/.bulkfetch/journal.sqlite?mode=ro", uri=True)
-        try:
-            return conn.execute("SELECT count(*) FROM pages WHERE status = 'done'").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return 0
-
-
 def tree_rss_kb(root: int) -> dict[int, int]:
-    """VmHWM (peak RSS, KiB) of `root` and its children."""
+    """VmHWM (peak RSS, KiB) of `root` and its descendants."""
     found = {}
-    for pid in [root, *_children(root)]:
+    for pid in tree_pids(root):
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
@@ -91,13 +80,6 @@ def tree_rss_kb(root: int) -> dict[int, int]:
         except OSError:
             continue
     return found
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def run(cmd: list[str], dest: Path, stop_at_pages: int | None) -> tuple[int, dict[int, int]]:

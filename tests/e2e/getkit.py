@@ -3,13 +3,16 @@ formula, what DEST holds, and running the real CLI."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from bulkfetch.server.dataset import SyntheticDataSet
@@ -106,6 +109,22 @@ def read_journal(dest: Path, sql: str) -> list[tuple]:
         raise
     finally:
         conn.close()
+
+
+def kill_after_pages(run: subprocess.Popen, dest: Path, pages: int,
+                     timeout: float = 120) -> None:
+    """SIGKILL the process group of `run` (started with start_new_session=True) once DEST's
+    journal holds `pages` pages done; fails if the run ends or takes too long first."""
+    done, deadline = 0, time.monotonic() + timeout
+    while done < pages:
+        assert run.poll() is None, f"the run ended after {done} of {pages} pages"
+        assert time.monotonic() < deadline, f"{done} of {pages} pages in {timeout:g} s"
+        with contextlib.suppress(sqlite3.OperationalError):  # not readable yet
+            rows = read_journal(dest, "SELECT count(*) FROM pages WHERE status = 'done'")
+            done = rows[0][0] if rows else 0
+        time.sleep(0.01)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
 
 
 def index_rows(dest: Path, sql: str) -> list[tuple]:

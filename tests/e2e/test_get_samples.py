@@ -5,19 +5,14 @@ the same after kill -9 twice and a rerun."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from getkit import read_journal
+from getkit import kill_after_pages
 
 from bulkfetch.testing import ReferenceServer, read_samples, write_sample_tree
 
@@ -65,17 +60,8 @@ def test_kill_9_at_two_moments_then_a_rerun_still_gives_every_sample_once(
     moments = sorted((rng.randint(3, pages // 3), rng.randint(pages // 3 + 3, 2 * pages // 3)))
     for moment in moments:
         run = subprocess.Popen(command(server.url, dest), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=True)
-        done, deadline = 0, time.monotonic() + 120
-        while done < moment:
-            assert run.poll() is None, f"ended before {moment} pages: {run.stderr.read()}"
-            assert time.monotonic() < deadline, f"{done} of {moment} pages in 120 s"
-            with contextlib.suppress(sqlite3.OperationalError):  # not readable yet
-                rows = read_journal(dest, "SELECT count(*) FROM pages WHERE status = 'done'")
-                done = rows[0][0] if rows else 0
-            time.sleep(0.01)
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+        kill_after_pages(run, dest, moment)
     final = subprocess.run(command(server.url, dest), capture_output=True, text=True,
                            timeout=300)
     assert final.returncode == 0, final.stderr
