@@ -52,6 +52,7 @@ def build_options(
     url_col: str = "url",
     name_col: str | None = None,
     name_template: str | None = None,
+    save_cols: tuple[str, ...] = (),
 ) -> GetOptions:
     """Validated, frozen options; raises bulkfetch.UsageError naming the bad input."""
     return GetOptions(
@@ -70,7 +71,7 @@ def build_options(
         verify=verify,
         restart=restart,
         retry_failed=retry_failed,
-        table=TableOptions(url_col, name_col, name_template),
+        table=TableOptions(url_col, name_col, name_template, tuple(save_cols)),
     )
 
 

@@ -98,7 +98,8 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
 @click.option("--from-file", "from_file", type=click.Path(dir_okay=False), default=None,
               metavar="URLS.txt", help="Fetch the URLs listed in this file (one per line, "
                                        "streamed), or in the rows of a .csv, .tsv (with a "
-                                       "header row) or .jsonl table; then give only DEST.")
+                                       "header row), .jsonl or .parquet table; then give "
+                                       "only DEST.")
 @click.option("--url-col", default="url", show_default=True, metavar="COLUMN",
               help="With a --from-file table: the column holding each row's URL.")
 @click.option("--name-col", default=None, metavar="COLUMN",
@@ -108,6 +109,10 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="With a --from-file table: each file's name from the row's {index} (from "
                    "0) and the URL's {ext}, e.g. '{index:09d}{ext}' (URLs that share a last "
                    "path component no longer collide).")
+@click.option("--save-cols", default=None, metavar="COL,COL",
+              help="With a --from-file table: store these columns of each row as JSON in a "
+                   "file beside it, named by its sample key plus .json ('000042.jpg' gets "
+                   "'000042.json'; in a tar shard, a member of the same sample).")
 @click.option("-w", "--workers", type=click.IntRange(min=1), default=None,
               help="Worker processes. [default: cores]")
 @click.option("-c", "--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
@@ -189,6 +194,9 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
             raise click.UsageError("give both URL and DEST (or --from-file URLS.txt DEST)")
         source, target = url_or_dest, dest
     flags["verify"] = not flags.pop("no_verify")
+    save_cols = flags.pop("save_cols")
+    flags["save_cols"] = tuple(c.strip() for c in str(save_cols).split(",") if c.strip()) \
+        if save_cols is not None else ()
     from bulkfetch.server.sizes import parse_bytes
 
     for flag in ("shard_size", "max_page_size", "spool_above", "split_above"):

@@ -129,13 +129,16 @@ class SinkOptions:
 
 @dataclass(frozen=True)
 class TableOptions:
-    """How rows of a URL table (--from-file .csv/.tsv/.jsonl) become files."""
+    """How rows of a URL table (--from-file .csv/.tsv/.jsonl/.parquet) become files."""
 
     url_col: str = "url"
     name_col: str | None = None
     name_template: str | None = None  # with {index} (row, from 0) and {ext} (the URL's)
+    save_cols: tuple[str, ...] = ()  # columns stored as each row's <key>.json
 
     def __post_init__(self) -> None:
+        if len(set(self.save_cols)) != len(self.save_cols):
+            raise UsageError(f"--save-cols {','.join(self.save_cols)!r} names a column twice")
         if self.name_col is not None and self.name_template is not None:
             raise UsageError("give --name-col or --name-template, not both")
         if self.name_template is not None:
@@ -171,9 +174,13 @@ class GetOptions:
             "shape": asdict(self.shape),
             "sink": self.sink.layout(),
         }
-        if self.from_file and self.source.lower().endswith((".csv", ".tsv", ".jsonl")):
-            # resuming by byte offset is right only in the same table, read the same way
-            found |= {"table": asdict(self.table), "table_identity": table_identity(self.source)}
+        if self.from_file and self.source.lower().endswith((".csv", ".tsv", ".jsonl",
+                                                             ".parquet")):
+            # resuming by row offset is right only in the same table, read the same way
+            table = asdict(self.table)
+            if not table["save_cols"]:  # as journaled before --save-cols existed
+                del table["save_cols"]
+            found |= {"table": table, "table_identity": table_identity(self.source)}
         return found
 
     def as_dict(self) -> dict[str, object]:

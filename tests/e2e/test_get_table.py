@@ -31,7 +31,12 @@ def table(path: Path, port: int, files: int = FILES) -> Path:
     rows = [{"url": f"http://{'127.0.0.1' if r % 2 == 0 else 'localhost'}:{port}/get/"
                     f"f{r // 2:010d}", "caption": f"row {r}, \"quoted\"\nsecond line"}
             for r in range(2 * files)]
-    if path.suffix == ".csv":
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=700)
+    elif path.suffix == ".csv":
         with path.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, ["caption", "url"])
             writer.writeheader()
@@ -50,7 +55,7 @@ def get(source: Path, dest: Path, report: Path) -> tuple[subprocess.CompletedPro
     return proc, json.loads(report.read_text())
 
 
-@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
 def test_a_table_of_urls_lands_under_template_names_and_resumes(tmp_path: Path,
                                                                 suffix: str) -> None:
     data = SyntheticDataSet(FILES, 1000, 0, parse_size_spec("uniform:10:2k"))
@@ -70,6 +75,38 @@ def test_a_table_of_urls_lands_under_template_names_and_resumes(tmp_path: Path,
     for row in range(ROWS):
         assert (dest / f"{row:06d}.bin").read_bytes() == data.body(row // 2), row
     assert len([p for p in dest.iterdir() if p.name != ".bulkfetch"]) == ROWS
+
+
+@pytest.mark.parametrize("sink", ["tar", "dir"])
+def test_save_cols_store_each_rows_columns_beside_its_file_as_one_sample(
+        tmp_path: Path, sink: str) -> None:
+    files = 300
+    data = SyntheticDataSet(files, 1000, 0, parse_size_spec("uniform:10:2k"))
+    dest = tmp_path / "d"
+    with ReferenceServer("--files", str(files), "--file-size", "uniform:10:2k") as server:
+        source = table(tmp_path / "urls.parquet", server.port, files=files)
+        proc = subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(source), str(dest),
+             "--name-template", "{index:06d}.bin", "--save-cols", "caption", "--sink", sink,
+             "-w", "2", "--quiet"],
+            capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    captions = [f"row {r}, \"quoted\"\nsecond line" for r in range(2 * files)]
+    if sink == "dir":
+        for row in range(2 * files):
+            assert (dest / f"{row:06d}.bin").read_bytes() == data.body(row // 2)
+            assert json.loads((dest / f"{row:06d}.json").read_bytes()) == {
+                "caption": captions[row]}
+        return
+    import webdataset  # what users read shards with: every sample whole
+
+    shards = sorted(str(p) for p in dest.glob("shard-*.tar"))
+    samples = list(webdataset.WebDataset(shards, shardshuffle=False, empty_check=False))
+    assert len(samples) == 2 * files
+    for sample in samples:
+        row = int(sample["__key__"])
+        assert sample["bin"] == data.body(row // 2)
+        assert json.loads(sample["json"]) == {"caption": captions[row]}
 
 
 def test_a_changed_table_is_a_different_run(tmp_path: Path) -> None:

@@ -86,5 +86,5 @@ def test_bad_columns_and_templates_are_usage_errors_naming_them(tmp_path: Path) 
         TableOptions(name_template="{row}")
     with pytest.raises(UsageError, match="not both"):
         TableOptions(name_col="key", name_template="{index}")
-    with pytest.raises(UsageError, match=r"not a \.csv, \.tsv or \.jsonl"):
+    with pytest.raises(UsageError, match=r"not a \.csv, \.tsv, \.jsonl or \.parquet"):
         TableSource(str(tmp_path / "t.txt"), TableOptions())

@@ -14,12 +14,10 @@ def make_source(options: GetOptions) -> Source:
     if options.from_file:
         if table_format(options.source) is not None:
             return TableSource(options.source, options.table)
-        if options.source.lower().endswith(".parquet"):
-            raise UsageError(f"--from-file {options.source!r}: Parquet tables are not read yet; "
-                             "export it as CSV or JSONL (e.g. with pyarrow or DuckDB)")
         if options.table != TableOptions():
-            raise UsageError("--url-col, --name-col and --name-template apply to a .csv, .tsv "
-                             f"or .jsonl table; {options.source!r} is read as one URL a line")
+            raise UsageError("--url-col, --name-col, --name-template and --save-cols apply to a "
+                             f".csv, .tsv, .jsonl or .parquet table; {options.source!r} is read "
+                             "as one URL a line")
         return UrlListSource(options.source)
     return FileServerSource(options.source, options.shape, options.timeouts,
                             options.limits.max_page_size)

@@ -1,37 +1,49 @@
-"""`--from-file TABLE.csv|.tsv|.jsonl`: a table of URLs, one row per file, streamed page by
-page.
+"""`--from-file TABLE.csv|.tsv|.jsonl|.parquet`: a table of URLs, one row per file, streamed
+page by page.
 
 The URL is in column --url-col (default `url`). The file's name is column --name-col, or
 --name-template filled with the row's `index` (from 0, in file order) and the URL's `ext`
 (`.jpg`, or "" when its last path component has none): img2dataset's `{index:09d}{ext}`
 names files that share a last path component apart. Without either, the name is the URL's
 path, as for a plain URL list. CSV and TSV need a header row naming the columns; a JSONL
-line is a JSON object. A page's token is `OFFSET:INDEX`, the byte where its first row
-starts and that row's index, so resuming never rereads the table from the top. A listed
-item is `name NUL url`; a row that cannot give a URL becomes `name NUL NUL reason`, a
-failure of its own.
+line is a JSON object; Parquet is read a row group at a time (parquet.py). A page's token is
+`OFFSET:INDEX`, the byte where its first row starts and that row's index (Parquet: the
+index alone), so resuming never rereads the table from the top. A listed item is
+`name NUL url`; a row that cannot give a URL becomes `name NUL NUL reason`, a failure of its
+own. With --save-cols a row also gives `<key>.json NUL data:...`: the chosen columns as a
+JSON object, carried in the listing (a data: URL) and stored without a transfer, next to the
+row's file so that webdataset reads both as one sample.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
 import posixpath
 from collections.abc import Iterable, Iterator, Sequence
-from typing import IO
+from itertools import repeat
+from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from bulkfetch.config import TableOptions
 from bulkfetch.errors import UsageError
+from bulkfetch.samples import split_key
 from bulkfetch.sources.base import ListedPage, ListingError
+from bulkfetch.sources.parquet import ParquetRows
 from bulkfetch.sources.urllist import url_name
 
 ROWS_PER_PAGE = 1000
-FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
+JSON_DATA = "data:application/json;base64,"
+
+# A row as read: (URL, the name column's value or "", the --save-cols values or None), or a
+# str saying why a line is not a row.
+Row = tuple[str, str, dict[str, Any] | None] | str
 
 
 def table_format(path: str) -> str | None:
-    """"csv", "tsv" or "jsonl" by the file's extension; None for a plain URL list."""
+    """"csv", "tsv", "jsonl" or "parquet" by the file's extension; None for a URL list."""
     return FORMATS.get(posixpath.splitext(path.lower())[1])
 
 
@@ -48,22 +60,28 @@ class TableSource:
                  rows_per_page: int = ROWS_PER_PAGE) -> None:
         kind = table_format(path)
         if kind is None:
-            raise UsageError(f"--from-file {path!r}: not a .csv, .tsv or .jsonl table")
+            raise UsageError(f"--from-file {path!r}: not a .csv, .tsv, .jsonl or .parquet "
+                             "table")
         self.path = path
         self.kind = kind
         self.options = options
         self.rows_per_page = rows_per_page
         self.columns: list[str] = []
         self.body_start = 0  # the byte after the header row (CSV, TSV)
+        self.parquet: ParquetRows | None = None
         try:
             with open(path, "rb") as handle:
-                if kind != "jsonl":
+                if kind in ("csv", "tsv"):
                     self.columns, self.body_start = self._header(handle)
         except OSError as exc:
             raise UsageError(f"--from-file {path!r}: {exc.strerror}") from None
+        if kind == "parquet":
+            self.parquet = ParquetRows(path)
+            self.columns = self.parquet.columns
         if kind != "jsonl":
-            for flag, column in (("--url-col", options.url_col),
-                                 ("--name-col", options.name_col)):
+            named = [("--url-col", options.url_col), ("--name-col", options.name_col),
+                     *(("--save-cols", column) for column in options.save_cols)]
+            for flag, column in named:
                 if column is not None and column not in self.columns:
                     raise UsageError(
                         f"--from-file {path!r}: {flag} {column!r} is not a column of its "
@@ -80,18 +98,22 @@ class TableSource:
         return f"URLs in column {self.options.url_col!r} of {self.path}"
 
     def list_page(self, token: str | None) -> ListedPage:
+        if self.parquet is not None:
+            return self._parquet_page(int(token) if token else 0)
         offset, index = (int(part) for part in token.split(":")) if token else (
             self.body_start, 0)
         items: list[str] = []
         lines: _CountedLines | None = None
+        rows = 0
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(offset)
                 lines = _CountedLines(handle)
                 for row in self._rows(lines):
-                    items.append(self._item(index, row))
+                    items += self._items(index, row)
                     index += 1
-                    if len(items) == self.rows_per_page:
+                    rows += 1
+                    if rows == self.rows_per_page:
                         break
                 more = handle.read(1) != b""
         except OSError as exc:
@@ -101,10 +123,32 @@ class TableSource:
         following = f"{offset + lines.consumed}:{index}"
         return ListedPage(tuple(items), following if more else None)
 
-    def _rows(self, lines: Iterable[str]) -> Iterator[tuple[str, str] | str]:
-        """(URL, the name column's value or "") of each row, or a str saying why a line is
-        not a row."""
+    def _parquet_page(self, index: int) -> ListedPage:
+        assert self.parquet is not None
+        options = self.options
+        wanted = tuple(dict.fromkeys(c for c in (options.url_col, options.name_col,
+                                                 *options.save_cols) if c is not None))
+        try:
+            values = self.parquet.read(index, self.rows_per_page, wanted)
+        except self.parquet.errors as exc:
+            raise ListingError(f"reading {self.path} at row {index}: {exc}",
+                               retryable=False) from None
+        urls = values[options.url_col]
+        names = values[options.name_col] if options.name_col else repeat(None)
+        saved = [values[c] for c in options.save_cols]
+        items: list[str] = []
+        for at, (url, name) in enumerate(zip(urls, names, strict=False)):  # names: repeat()
+            kept = {c: column[at] for c, column in zip(options.save_cols, saved, strict=True)} \
+                if saved else None
+            items += self._items(index + at, ("" if url is None else str(url),
+                                              "" if name is None else str(name), kept))
+        following = index + len(urls)
+        return ListedPage(tuple(items), str(following) if following < self.parquet.total
+                          else None)
+
+    def _rows(self, lines: Iterable[str]) -> Iterator[Row]:
         url_col, name_col = self.options.url_col, self.options.name_col
+        save_cols = self.options.save_cols
         if self.kind == "jsonl":
             for line in lines:
                 if not line.strip():
@@ -118,21 +162,24 @@ class TableSource:
                     yield "not a JSON object"
                     continue
                 url, name = row.get(url_col), row.get(name_col) if name_col else None
-                yield ("" if url is None else str(url),
-                       "" if name is None else str(name))
+                yield ("" if url is None else str(url), "" if name is None else str(name),
+                       {c: row.get(c) for c in save_cols} if save_cols else None)
             return
         at = self.columns.index(url_col)
         named = self.columns.index(name_col) if name_col is not None else -1
+        kept = [(c, self.columns.index(c)) for c in save_cols]
         for values in csv.reader(lines, delimiter=self._delimiter()):
             if values:
                 width = len(values)
                 yield (values[at] if at < width else "",
-                       values[named] if 0 <= named < width else "")
+                       values[named] if 0 <= named < width else "",
+                       {c: values[i] if i < width else None for c, i in kept} if kept else None)
 
-    def _item(self, index: int, row: tuple[str, str] | str) -> str:
+    def _items(self, index: int, row: Row) -> list[str]:
+        """The row's item, and its --save-cols JSON item when it has a URL."""
         options = self.options
         if isinstance(row, str):
-            return f"row {index}\0\0row {index}: {row}"
+            return [f"row {index}\0\0row {index}: {row}"]
         url = row[0].strip()
         if options.name_col is not None:
             name = row[1]
@@ -141,8 +188,11 @@ class TableSource:
         else:
             name = url_name(urlsplit(url).path)
         if not url:
-            return f"{name or f'row {index}'}\0\0row {index}: no URL in column {options.url_col!r}"
-        return f"{name}\0{url}"
+            return [f"{name or f'row {index}'}\0\0row {index}: no URL in column "
+                    f"{options.url_col!r}"]
+        if row[2] is None:
+            return [f"{name}\0{url}"]
+        return [f"{name}\0{url}", f"{sidecar_name(name)}\0{JSON_DATA}{_json64(row[2])}"]
 
     def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
         return None
@@ -151,10 +201,25 @@ class TableSource:
         name, _, rest = item.partition("\0")
         if rest.startswith("\0"):
             raise ValueError(rest[1:])
+        if rest.startswith(JSON_DATA):  # a --save-cols item: the data this source made
+            return name, rest
         parts = urlsplit(rest)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http:// or https:// URL: {rest!r}")
         return name, rest
+
+
+def sidecar_name(name: str) -> str:
+    """Where a row's --save-cols JSON goes: its sample key plus .json (`a/0042.jpg` ->
+    `a/0042.json`; a file that is itself `<key>.json` gets `<key>.meta.json`)."""
+    key = split_key(name)[0]
+    return f"{key}.meta.json" if name == f"{key}.json" else f"{key}.json"
+
+
+def _json64(values: dict[str, Any]) -> str:
+    # default=str: Parquet dates, decimals and bytes are written as text, never refused
+    text = json.dumps(values, ensure_ascii=False, default=str, separators=(",", ":"))
+    return base64.b64encode(text.encode("utf-8", "surrogateescape")).decode("ascii")
 
 
 class _CountedLines:

@@ -1,0 +1,110 @@
+"""--from-file TABLE.parquet (row groups, resume by row index) and --save-cols."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa  # the test extra: CI always has it
+import pyarrow.parquet as pq
+import pytest
+
+from bulkfetch.config import TableOptions
+from bulkfetch.errors import UsageError
+from bulkfetch.sources.table import JSON_DATA, TableSource, sidecar_name
+
+ROWS = 2500
+
+
+def write(path: Path, rows: int = ROWS, group: int = 1000) -> Path:
+    table = pa.table({"url": [f"http://h/get/f{i}.jpg" if i != 7 else None for i in range(rows)],
+                      "caption": [f"photo {i}" for i in range(rows)],
+                      "width": list(range(rows))})
+    pq.write_table(table, path, row_group_size=group)
+    return path
+
+
+def all_pages(source: TableSource, token: str | None = None) -> list[tuple[str | None, tuple]]:
+    found = []
+    while True:
+        page = source.list_page(token)
+        found.append((token, page.items))
+        token = page.next_token
+        if token is None:
+            return found
+
+
+def test_pages_cross_row_groups_and_every_row_comes_once(tmp_path: Path) -> None:
+    source = TableSource(str(write(tmp_path / "t.parquet")),
+                         TableOptions(name_template="{index:05d}{ext}"), rows_per_page=700)
+    pages = all_pages(source)
+    assert [token for token, _ in pages] == [None, "700", "1400", "2100"]
+    items = [item for _, page in pages for item in page]
+    assert len(items) == ROWS
+    assert items[3] == "00003.jpg\0http://h/get/f3.jpg"
+    assert items[7] == "00007\0\0row 7: no URL in column 'url'"  # a failure of its own
+
+
+def test_resuming_at_a_row_reads_from_its_row_group_not_from_the_top(tmp_path: Path) -> None:
+    source = TableSource(str(write(tmp_path / "t.parquet")), TableOptions(), rows_per_page=700)
+    assert source.parquet is not None
+    groups: list[int] = []
+    read = source.parquet.file.read_row_group
+
+    def counted(group: int, **kwargs: object) -> object:
+        groups.append(group)
+        return read(group, **kwargs)
+
+    source.parquet.file.read_row_group = counted  # type: ignore[method-assign]
+    pages = all_pages(source, "1400")
+    assert [token for token, _ in pages] == ["1400", "2100"]
+    assert groups == [1, 2]  # each group once, never group 0
+    assert pages[0][1][0] == "get/f1400.jpg\0http://h/get/f1400.jpg"
+
+
+def test_save_cols_add_the_rows_columns_as_a_json_member_of_the_same_sample(
+        tmp_path: Path) -> None:
+    source = TableSource(str(write(tmp_path / "t.parquet", rows=10)),
+                         TableOptions(name_template="{index:03d}{ext}",
+                                      save_cols=("caption", "width")))
+    (page,) = [items for _, items in all_pages(source)]
+    assert len(page) == 2 * 10 - 1  # row 7 has no URL: no JSON either
+    name, url = source.resolve(page[1])
+    assert name == "000.json" and url.startswith(JSON_DATA)
+    assert json.loads(base64.b64decode(url[len(JSON_DATA):])) == {"caption": "photo 0",
+                                                                   "width": 0}
+    assert source.resolve(page[0]) == ("000.jpg", "http://h/get/f0.jpg")
+
+
+def test_save_cols_from_csv_keep_the_text(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("url,caption,width\nhttp://h/a/x.png,\"a, b\",12\nhttp://h/a/y.png,c\n")
+    source = TableSource(str(path), TableOptions(save_cols=("caption", "width")))
+    items = source.list_page(None).items
+    assert [source.resolve(i)[0] for i in items] == ["a/x.png", "a/x.json", "a/y.png",
+                                                     "a/y.json"]
+    values = [json.loads(base64.b64decode(source.resolve(i)[1][len(JSON_DATA):]))
+              for i in items[1::2]]
+    assert values == [{"caption": "a, b", "width": "12"}, {"caption": "c", "width": None}]
+
+
+def test_parquet_errors_name_the_file_and_what_to_do(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path / "t.parquet", rows=5)
+    with pytest.raises(UsageError, match=r"--save-cols 'height' is not a column"):
+        TableSource(str(path), TableOptions(save_cols=("height",)))
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet at all")
+    with pytest.raises(UsageError, match=r"broken\.parquet.*not a Parquet file"):
+        TableSource(str(broken), TableOptions())
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if not installed
+    with pytest.raises(UsageError, match=r"pip install 'bulkfetch\[parquet\]'"):
+        TableSource(str(path), TableOptions())
+
+
+def test_sidecar_names() -> None:
+    assert sidecar_name("a/b/000042.seg.png") == "a/b/000042.json"
+    assert sidecar_name("000042") == "000042.json"
+    assert sidecar_name("x.json") == "x.meta.json"
