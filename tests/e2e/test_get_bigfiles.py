@@ -310,11 +310,11 @@ def test_a_big_name_listed_twice_never_shares_a_partial_file(tmp_path: Path) -> 
     into its own temporary file instead of writing into (or emptying) the first's."""
     with ReferenceServer("--files", "2", "--file-size", "24m",
                          "--bandwidth-per-connection", "16m") as server:
-        # two rows, one name (a table's name column; a URL list refuses the second URL): a
-        # page keeps both (it drops only an item listed twice)
-        rows = [(f"{server.url}/get/f0000000000", "get/f0000000000"),
-                (f"{server.url}/get/f0000000001", "get/f0000000001"),
-                (f"{server.url}/get/f0000000000?again", "get/f0000000000")]
+        # one name on two pages of 1,000 rows (a page drops an item listed twice; two URLs
+        # for one name are refused as a collision, so it is the same URL both times)
+        first, other = f"{server.url}/get/f0000000000", f"{server.url}/get/f0000000001"
+        rows = [(first, "get/f0000000000"), *[(other, "get/f0000000001")] * 999,
+                (first, "get/f0000000000")]
         (tmp_path / "urls.csv").write_text("url,name\n" + "".join(f"{u},{n}\n" for u, n in rows))
         proc = subprocess.run(
             [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(tmp_path / "urls.csv"),

@@ -8,7 +8,9 @@ names files that share a last path component apart. Without either, the name is 
 path, as for a plain URL list. CSV and TSV need a header row naming the columns; a JSONL
 line is a JSON object; Parquet is read a row group at a time (parquet.py). A page's token is
 `OFFSET:INDEX`, the byte where its first row starts and that row's index (Parquet: the
-index alone), so resuming never rereads the table from the top. A listed item is
+index alone), so resuming never rereads the table from the top (unless names come from a
+column or from URLs: then one read finds names two URLs give, and the later row is a
+failure naming both, as for a URL list). A listed item is
 `name NUL url`; a row that cannot give a URL becomes `name NUL NUL reason`, a failure of its
 own. With --save-cols a row also gives `<key>.json NUL data:...`: the chosen columns as a
 JSON object, carried in the listing (a data: URL) and stored without a transfer, next to the
@@ -30,6 +32,7 @@ from bulkfetch.config import TableOptions
 from bulkfetch.errors import UsageError
 from bulkfetch.samples import split_key
 from bulkfetch.sources.base import ListedPage, ListingError
+from bulkfetch.sources.collisions import collision_reason, first_urls
 from bulkfetch.sources.parquet import ParquetRows
 from bulkfetch.sources.urllist import url_name
 
@@ -69,6 +72,7 @@ class TableSource:
         self.columns: list[str] = []
         self.body_start = 0  # the byte after the header row (CSV, TSV)
         self.parquet: ParquetRows | None = None
+        self.first_url: dict[str, str] | None = None  # see _check_collisions()
         try:
             with open(path, "rb") as handle:
                 if kind in ("csv", "tsv"):
@@ -98,6 +102,7 @@ class TableSource:
         return f"URLs in column {self.options.url_col!r} of {self.path}"
 
     def list_page(self, token: str | None) -> ListedPage:
+        self._check_collisions()  # in the lister only: workers just resolve()
         if self.parquet is not None:
             return self._parquet_page(int(token) if token else 0)
         offset, index = (int(part) for part in token.split(":")) if token else (
@@ -177,22 +182,67 @@ class TableSource:
 
     def _items(self, index: int, row: Row) -> list[str]:
         """The row's item, and its --save-cols JSON item when it has a URL."""
-        options = self.options
         if isinstance(row, str):
             return [f"row {index}\0\0row {index}: {row}"]
         url = row[0].strip()
-        if options.name_col is not None:
-            name = row[1]
-        elif options.name_template is not None:
-            name = options.name_template.format(index=index, ext=_extension(url))
-        else:
-            name = url_name(urlsplit(url).path)
+        name = self._name(index, url, row[1])
         if not url:
             return [f"{name or f'row {index}'}\0\0row {index}: no URL in column "
-                    f"{options.url_col!r}"]
+                    f"{self.options.url_col!r}"]
+        if self.first_url:
+            earlier = self.first_url.get(name, url)
+            if earlier != url:
+                return [f"{name}\0\0{collision_reason(name, url, earlier)}"]
         if row[2] is None:
             return [f"{name}\0{url}"]
         return [f"{name}\0{url}", f"{sidecar_name(name)}\0{JSON_DATA}{_json64(row[2])}"]
+
+    def _name(self, index: int, url: str, named: str) -> str:
+        options = self.options
+        if options.name_col is not None:
+            return named
+        if options.name_template is not None:
+            return options.name_template.format(index=index, ext=_extension(url))
+        return url_name(urlsplit(url).path)
+
+    def _check_collisions(self) -> None:
+        """Names from a column or from URLs may repeat (a template with {index} cannot): find
+        the names two URLs give, once, before the first page (collisions.py)."""
+        if self.first_url is not None:
+            return
+        template = self.options.name_template
+        self.first_url = {} if template is not None and "{index" in template else \
+            first_urls(self._named_rows)
+
+    def _named_rows(self) -> Iterator[tuple[str, str]]:
+        """(name, URL) of every row with a URL, in table order."""
+        if self.parquet is not None:
+            wanted = tuple(dict.fromkeys(c for c in (self.options.url_col,
+                                                     self.options.name_col) if c))
+            for start in range(0, self.parquet.total, 65536):
+                try:
+                    values = self.parquet.read(start, 65536, wanted)
+                except self.parquet.errors as exc:
+                    raise ListingError(f"reading {self.path} at row {start}: {exc}",
+                                       retryable=False) from None
+                names = values[self.options.name_col] if self.options.name_col else \
+                    repeat("")
+                for at, (url, named) in enumerate(zip(values[self.options.url_col], names,
+                                                      strict=False)):
+                    if url:
+                        yield self._name(start + at, str(url).strip(), str(named)), \
+                            str(url).strip()
+            return
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.body_start)
+                for index, row in enumerate(self._rows(_CountedLines(handle))):
+                    if not isinstance(row, str) and row[0].strip():
+                        yield self._name(index, row[0].strip(), row[1]), row[0].strip()
+        except OSError as exc:
+            raise ListingError(f"reading {self.path}: {exc.strerror}", retryable=False) from None
+        except csv.Error as exc:
+            raise ListingError(f"{self.path}: {exc}", retryable=False) from None
 
     def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
         return None
