@@ -6,6 +6,7 @@ import base64
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa  # the test extra: CI always has it
 import pyarrow.parquet as pq
@@ -52,17 +53,17 @@ def test_resuming_at_a_row_reads_from_its_row_group_not_from_the_top(tmp_path: P
     source = TableSource(str(write(tmp_path / "t.parquet")),
                          TableOptions(name_template="{index}{ext}"), rows_per_page=700)
     assert source.parquet is not None
-    groups: list[int] = []
-    read = source.parquet.file.read_row_group
+    opened: list[list[int]] = []
+    iter_batches = source.parquet.file.iter_batches
 
-    def counted(group: int, **kwargs: object) -> object:
-        groups.append(group)
-        return read(group, **kwargs)
+    def counted(**kwargs: Any) -> Any:
+        opened.append(list(kwargs["row_groups"]))
+        return iter_batches(**kwargs)
 
-    source.parquet.file.read_row_group = counted  # type: ignore[method-assign]
+    source.parquet.file.iter_batches = counted  # type: ignore[method-assign]
     pages = all_pages(source, "1400")
     assert [token for token, _ in pages] == ["1400", "2100"]
-    assert groups == [1, 2]  # each group once, never group 0
+    assert opened == [[1, 2]]  # one stream, from the group holding row 1400, never group 0
     assert pages[0][1][0] == "1400.jpg\0http://h/get/f1400.jpg"
 
 
