@@ -3,10 +3,11 @@
     python benchmarks/table_resume.py [--rows 1000000] [--format parquet] [--kill-at 0.4]
 
 The reference server serves ROWS files; a generated table (Parquet in row groups of
-ROWS/10, or CSV, or JSONL) lists their URLs with a caption and a width column. `bulkfetch get
---from-file TABLE DEST --name-template '{index:09d}.bin' --save-cols caption,width --sink
-tar -w 2` runs until KILL_AT of its pages are journaled done, is killed with SIGKILL (the
-whole process group), and runs again to the end. Printed: the file requests the server got
+ROWS/10, or CSV, or JSONL) lists their URLs with a caption and a width column.
+`bulkfetch get --from-file TABLE DEST --name-template '{index:09d}.bin' --save-cols
+caption,width --sink tar --shard-files 10000 -w 2` runs until KILL_AT of its pages are
+journaled done, is killed with SIGKILL (the whole process group), and runs again to the
+end. Printed: the file requests the server got
 in each run (the rerun must not start from row 0: it asks for about the rows not done),
 peak RSS (the largest process, and the sum over the main process and its workers, polled
 every 0.2 s), and the check: the webdataset package reads exactly ROWS samples from the
@@ -141,7 +142,7 @@ def main() -> None:
         dest = work / "dest"
         cmd = [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(table), str(dest),
                "--name-template", "{index:09d}.bin", "--save-cols", "caption,width",
-               "--sink", "tar", "-w", str(args.workers), "--quiet"]
+               "--sink", "tar", "--shard-files", "10000", "-w", str(args.workers), "--quiet"]
         rows_out = []
         for label, stop in (("killed", stop_at), ("rerun", None)):
             before = file_requests(server.log_path)
@@ -157,7 +158,8 @@ def main() -> None:
     count, right = check(dest, data, args.rows)
     print(f"{args.rows:,}-row {args.format} table ({made:.1f} s to write), "
           f"`get --from-file ... --name-template '{{index:09d}}.bin' --save-cols caption,width "
-          f"--sink tar -w {args.workers}`, killed at {stop_at} of {pages} pages done\n")
+          f"--sink tar --shard-files 10000 -w {args.workers}`, killed at {stop_at} of {pages} "
+          "pages done\n")
     print("| run | exit | pages done after | file requests | s | peak RSS MB: main process "
           "| largest worker | sum |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -221,7 +221,7 @@ def status(dest: str) -> None:
     from pathlib import Path
 
     from bulkfetch.engine.resume import describe_partials
-    from bulkfetch.journal import read_status, render_status
+    from bulkfetch.journal_status import read_status, render_status
 
     try:
         click.echo(render_status(read_status(Path(dest))))

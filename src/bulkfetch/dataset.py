@@ -97,7 +97,7 @@ def open_dataset(dest: str | os.PathLike[str], *, fanout: int | None = None) -> 
 
 def _journal_sink(dest: Path) -> dict[str, object]:
     """The sink options DEST's journal recorded, or {} without a readable journal."""
-    from bulkfetch.journal import read_status  # late: only directory destinations need it
+    from bulkfetch.journal_status import read_status  # late: only directory destinations need it
 
     try:
         sink = read_status(dest).fingerprint.get("sink")

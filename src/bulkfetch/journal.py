@@ -28,7 +28,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,7 +37,6 @@ from bulkfetch.errors import (
     JournalCorrupt,
     JournalIOError,
     JournalMismatch,
-    NoJournal,
     TokenLoop,
 )
 from bulkfetch.models import Failure, PageReport
@@ -86,7 +85,8 @@ CREATE TABLE failures (
     seq INTEGER NOT NULL REFERENCES pages(seq),
     reason TEXT NOT NULL,
     attempts INTEGER NOT NULL,
-    at REAL NOT NULL
+    at REAL NOT NULL,
+    url TEXT                                -- added after schema 1 shipped: may be missing
 ) WITHOUT ROWID;
 CREATE INDEX failures_by_page ON failures(seq, name);
 
@@ -115,8 +115,8 @@ END;
 """
 
 _UPSERT_FAILURE = (
-    "INSERT INTO failures (name, seq, reason, attempts, at) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET "
+    "INSERT INTO failures (name, seq, reason, attempts, at, url) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
 )
 _UPSERT_NEW = _UPSERT_FAILURE + (
     "seq = excluded.seq, reason = excluded.reason, attempts = excluded.attempts, at = excluded.at"
@@ -137,19 +137,6 @@ class Totals:
     listing_done: bool = False
     started_at: float = 0.0  # when the journal was created (unix time)
     updated_at: float = 0.0  # its last write
-
-
-@dataclass(frozen=True)
-class Status:
-    """What `bulkfetch status DEST` shows."""
-
-    dest: str
-    state: State
-    totals: Totals
-    fingerprint: dict[str, object] = field(default_factory=dict)
-    pid: int | None = None  # the run holding the lock (state "running")
-    last_error: str | None = None
-    failures: tuple[Failure, ...] = ()  # the first 20 by page seq, name
 
 
 # ---------------------------------------------------------------------------- encoding
@@ -379,6 +366,9 @@ class Journal:
                     return conn, False
                 stored, listed, done = conn.execute(
                     "SELECT fingerprint, pages_listed, listing_done FROM run").fetchone()
+                columns = {row[1] for row in conn.execute("PRAGMA table_info(failures)")}
+                if "url" not in columns:  # a journal from before failures kept their URL
+                    conn.execute("ALTER TABLE failures ADD COLUMN url TEXT")
             except sqlite3.OperationalError as exc:
                 raise JournalIOError(f"cannot open the journal {path}: {exc}") from None
             except sqlite3.DatabaseError as exc:
@@ -522,8 +512,8 @@ class Journal:
                 c.execute("UPDATE pages SET bytes = bytes + ?, done_at = ? WHERE seq = ?",
                           (report.bytes, now, report.seq))
                 sql = _UPSERT_RETRY
-            c.executemany(sql, ((_name(f.name), report.seq, _text(f.reason), f.attempts, now)
-                                for f in report.failures))
+            c.executemany(sql, ((_name(f.name), report.seq, _text(f.reason), f.attempts, now,
+                                 _text(f.url) or None) for f in report.failures))
 
     def page_is_done(self, seq: int) -> bool:
         row = self._one("SELECT status FROM pages WHERE seq = ?", (seq,))
@@ -563,21 +553,27 @@ class Journal:
     def failed_names(self) -> Iterator[tuple[int, str]]:
         """(page seq, name) of every failure, in that order, in chunks (safe to interleave
         with retry_succeeded / page_done on the same thread)."""
+        for seq, failure in self.failure_rows():
+            yield seq, failure.name
+
+    def failure_rows(self) -> Iterator[tuple[int, Failure]]:
+        """(page seq, Failure) of every failure, by seq and name, read in chunks."""
         after: tuple[int, str | bytes] | None = None
+        columns = "SELECT seq, name, reason, attempts, url FROM failures"
         while True:
             with self._translated():
                 if after is None:
-                    rows = self._db.execute("SELECT seq, name FROM failures ORDER BY seq, name "
-                                            "LIMIT ?", (_CHUNK,)).fetchall()
+                    rows = self._db.execute(f"{columns} ORDER BY seq, name LIMIT ?",
+                                            (_CHUNK,)).fetchall()
                 else:
                     rows = self._db.execute(
-                        "SELECT seq, name FROM failures WHERE (seq, name) > (?, ?) "
-                        "ORDER BY seq, name LIMIT ?", (*after, _CHUNK)).fetchall()
-            for seq, name in rows:
-                yield seq, _dec(name)
+                        f"{columns} WHERE (seq, name) > (?, ?) ORDER BY seq, name LIMIT ?",
+                        (*after, _CHUNK)).fetchall()
+            for seq, name, reason, attempts, url in rows:
+                yield seq, Failure(_dec(name), reason, attempts, url or "")
             if len(rows) < _CHUNK:
                 return
-            after = rows[-1]
+            after = rows[-1][:2]
 
     # -- lifetime
 
@@ -594,95 +590,3 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# ---------------------------------------------------------------------------- status
-
-
-def _connect_readonly(path: Path) -> sqlite3.Connection:
-    try:
-        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10.0)
-        conn.execute("PRAGMA user_version").fetchone()
-        return conn
-    except sqlite3.OperationalError:
-        # a WAL file left by a killed run may need recovery, which read-only cannot do
-        conn = sqlite3.connect(path, timeout=10.0)
-        conn.execute("PRAGMA query_only = ON")
-        return conn
-
-
-def read_status(dest: Path) -> Status:
-    """The journal's state for `bulkfetch status DEST`; never writes, never waits on a run."""
-    dest = Path(dest)
-    path = dest / STATE_DIR / DB_NAME
-    if not path.is_file():
-        raise NoJournal(f"{dest} has no bulkfetch journal ({path} does not exist)")
-    held, pid = _lock_holder(dest / STATE_DIR / LOCK_NAME)
-    try:
-        conn = _connect_readonly(path)
-    except sqlite3.DatabaseError as exc:
-        raise _corrupt(path, f"cannot be read ({exc})") from None
-    try:
-        if not _check_schema(conn, path):
-            return Status(str(dest), "running" if held else "empty", Totals(), pid=pid)
-        try:
-            totals = _totals(conn.execute(_TOTALS_SQL).fetchone())
-            fp_json, last_error = conn.execute(
-                "SELECT fingerprint, last_error FROM run").fetchone()
-            rows = conn.execute(_FAILURES_SQL, (20,)).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise _corrupt(path, f"is damaged ({exc})") from None
-    finally:
-        conn.close()
-    try:
-        fingerprint = json.loads(fp_json)
-    except ValueError:
-        fingerprint = {}
-    state: State
-    if held:
-        state = "running"
-    elif totals.listing_done and totals.pages_done == totals.pages_listed:
-        state = "finished with failures" if totals.files_failed else "finished"
-    elif totals.pages_listed == 0:
-        state = "empty"
-    else:
-        state = "interrupted"
-    failures = tuple(Failure(_dec(n), r, a) for n, r, a in rows)
-    return Status(str(dest), state, totals, fingerprint, pid if held else None, last_error,
-                  failures)
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError  # pragma: no cover
-
-
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
-
-
-def render_status(status: Status) -> str:
-    t = status.totals
-    state = status.state + (f" (pid {status.pid})" if status.pid else "")
-    lines = [f"{status.dest}: {state}"]
-    if "source" in status.fingerprint:
-        lines.append(f"source: {status.fingerprint['source']}")
-    listing = "complete" if t.listing_done else "not complete"
-    lines.append(f"pages: {t.pages_done:,} of {t.pages_listed:,} listed done (listing {listing})")
-    lines.append(f"files: {t.files_ok:,} ok, {t.files_failed:,} failed, {t.files_listed:,} "
-                 f"listed; {_size(t.bytes)}")
-    lines.append(f"started {_when(t.started_at)}, last update {_when(t.updated_at)}")
-    if status.last_error:
-        lines.append(f"last error: {status.last_error}")
-    if status.failures:
-        lines.append(f"failures (first {len(status.failures)} of {t.files_failed:,}):")
-        lines += [f"  {f.name!r}: {f.reason} ({f.attempts} attempts)" for f in status.failures]
-    hint = {"interrupted": "rerun the same command to resume",
-            "finished with failures": "rerun with --retry-failed to try the failed files again",
-            "empty": "nothing listed yet: rerun the same command to start"}.get(status.state)
-    if hint:
-        lines.append(hint)
-    return "\n".join(lines)

@@ -36,6 +36,7 @@ class Failure:
     name: str
     reason: str
     attempts: int
+    url: str = ""  # what was asked for ("" when the item never became a URL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,7 @@ class Report:
     resumed_bytes: int = 0
     options: dict[str, object] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)  # the first 1,000
+    failures_file: str | None = None  # DEST/.bulkfetch/failures.jsonl: every failure
     started_at: float | None = None  # Unix time (time.time()) the run began
     finished_at: float | None = None  # Unix time the run ended
 

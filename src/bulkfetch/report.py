@@ -174,7 +174,11 @@ def print_summary(report: Report, console: Console) -> None:
             failures.add_row(Text(safe_name(f.name)), Text(safe_text(f.reason)),
                              Text(f"{f.attempts:,}"))
         console.print(failures)
-    if total > len(shown):
+    if report.failures_file:
+        more = f"{total - len(shown):,} more; " if total > len(shown) else ""
+        console.print(Text(f"{more}all {total:,}, one JSON object a line (url, name, reason, "
+                           f"attempts, status): {report.failures_file}", style="dim"))
+    elif total > len(shown):
         console.print(Text(f"{total - len(shown):,} more in the report/journal "
                            "(--report FILE.json lists up to "
                            f"{MAX_REPORT_FAILURES:,}; DEST/.bulkfetch/journal.sqlite has all).",
@@ -237,8 +241,9 @@ def report_dict(report: Report) -> dict[str, object]:
         "failures_total": total,
         "failures_truncated": total > min(len(report.failures), MAX_REPORT_FAILURES),
         "failures": [{"name": redact_text(f.name), "reason": redact_text(f.reason),
-                      "attempts": f.attempts}
+                      "attempts": f.attempts, "url": redact_text(f.url) or None}
                      for f in report.failures[:MAX_REPORT_FAILURES]],
+        "failures_file": report.failures_file,
     }
 
 

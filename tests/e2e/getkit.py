@@ -20,7 +20,7 @@ from bulkfetch.server.sizes import parse_size_spec
 
 STATE = ".bulkfetch"
 STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp",
-                 "partial", "sums"}
+                 "partial", "sums", "failures.jsonl"}
 
 
 def dataset(files: int, nested: bool = False, seed: int = 0) -> SyntheticDataSet:

@@ -24,7 +24,8 @@ from bulkfetch.errors import (
     TokenLoop,
     UsageError,
 )
-from bulkfetch.journal import Journal, read_status, render_status
+from bulkfetch.journal import Journal
+from bulkfetch.journal_status import read_status, render_status
 from bulkfetch.models import Failure, PageReport
 
 FP = {"source": "http://127.0.0.1:8000", "from_file": False,

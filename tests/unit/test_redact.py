@@ -69,13 +69,14 @@ def test_redact_value_walks_nested_options() -> None:
 def test_the_report_masks_source_options_error_and_failures() -> None:
     report = Report(source="http://user:s3cr3t@h:1", dest="/d", error=f"listing {SIGNED}",
                     options={"source": "http://user:s3cr3t@h:1"},
-                    failures=[Failure("ftp://u:s3cr3t@h/x?sig=SECRETSIG", f"bad {SIGNED}", 1),
+                    failures=[Failure("ftp://u:s3cr3t@h/x?sig=SECRETSIG", f"bad {SIGNED}", 1,
+                                      f"{SIGNED}"),
                               Failure("plain/name", "HTTP 404", 1)])
     text = repr(report_dict(report))
     for secret in SECRETS:
         assert secret not in text
     assert report_dict(report)["failures"][1] == {"name": "plain/name", "reason": "HTTP 404",
-                                                  "attempts": 1}
+                                                  "attempts": 1, "url": None}
     assert "s3cr3t" not in safe_text(report.source) + safe_name(report.failures[0].name)
 
 

@@ -57,7 +57,7 @@ def test_report_dict_caps_failures_and_counts_them_all() -> None:
     assert data["failures_truncated"] is True
     failures = data["failures"]
     assert isinstance(failures, list) and len(failures) == 1_000
-    assert failures[0] == {"name": "f00000", "reason": "HTTP 404", "attempts": 1}
+    assert failures[0] == {"name": "f00000", "reason": "HTTP 404", "attempts": 1, "url": None}
     assert failures[-1]["name"] == "f00999"
 
     small = report_dict(failed_report(3))

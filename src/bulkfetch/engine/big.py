@@ -91,7 +91,7 @@ class BigFiles:
         try:
             opened = self._open_partial(name, plan)
         except SinkFailure as exc:
-            self.fetcher._fail(state, name, str(exc), transfer[3])
+            self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2])
             return
         if opened is None:  # the null sink keeps nothing, or the same name is in flight
             self.pending.append(transfer)
@@ -181,7 +181,7 @@ class BigFiles:
         try:
             spool = fetcher.sink.open_spool(transfer[1])
         except SinkFailure as exc:
-            fetcher._fail(transfer[0], transfer[1], str(exc), transfer[3])
+            fetcher._fail(transfer[0], transfer[1], str(exc), transfer[3], transfer[2])
             return
         handle = fetcher.free.pop()
         body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1])
@@ -273,7 +273,7 @@ class BigFiles:
         try:
             self.fetcher.sink.store_spool(state.page.seq, name, spool, size, md5)
         except SinkFailure as exc:
-            self.fetcher._fail(state, name, str(exc), transfer[3])
+            self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2])
             return
         self.fetcher._stored(state, size)
 
@@ -302,7 +302,7 @@ class BigFiles:
             self._drop(ranged)
             state, name = ranged.transfer[0], ranged.transfer[1]
             self.fetcher._fail(state, name, f"{reason} (bytes {part.start}-{part.end - 1})",
-                               attempt)
+                               attempt, ranged.transfer[2])
             return
         part.complete = True
         ranged.done += 1

@@ -318,7 +318,7 @@ class Fetcher:
                 try:
                     state.write(transfer[1], body, digest)
                 except SinkFailure as exc:
-                    self._fail(state, transfer[1], str(exc), transfer[3])
+                    self._fail(state, transfer[1], str(exc), transfer[3], transfer[2])
                     return
                 state.bytes += len(body)
                 state.remaining -= 1
@@ -351,7 +351,7 @@ class Fetcher:
         if retryable and attempt <= self.policy.retries:
             self._retry_later((state, name, url, attempt + 1), attempt, retry_after, big)
         else:
-            self._fail(state, name, reason, attempt)
+            self._fail(state, name, reason, attempt, url)
 
     def _retry_later(self, transfer: tuple[object, ...], attempt: int,
                      retry_after: float | None, big: bool) -> None:
@@ -367,8 +367,9 @@ class Fetcher:
         if state.remaining == 0:
             self._page_finished(state)
 
-    def _fail(self, state: _PageState, name: str, reason: str, attempts: int) -> None:
-        state.failures.append(Failure(name, reason, attempts))
+    def _fail(self, state: _PageState, name: str, reason: str, attempts: int,
+              url: str = "") -> None:
+        state.failures.append(Failure(name, reason, attempts, url))
         self.sink.skip(state.page.seq, name)
         self.files_failed += 1
         state.remaining -= 1

@@ -25,6 +25,7 @@ from bulkfetch.engine.channel import channel
 from bulkfetch.engine.lister import Listed, Lister, ListingFailed, ListingFinished
 from bulkfetch.engine.worker import worker_main
 from bulkfetch.errors import BulkfetchError, JournalIOError, UsageError
+from bulkfetch.failures_file import write_failures
 from bulkfetch.journal import Journal, Totals
 from bulkfetch.models import (
     SHOWN_IN_FLIGHT,
@@ -506,6 +507,12 @@ class _Coordinator:
                             self.resumed_bytes + nbytes, self.listing_done)
             failures = []
         ticks = self.ticks.values()
+        failures_file = None
+        try:
+            written = write_failures(self.journal, Path(self.options.dest))
+            failures_file = None if written is None else str(written)
+        except (OSError, BulkfetchError) as exc:  # the run's outcome stands without the list
+            _say(f"bulkfetch: cannot write the list of failures: {exc}\n")
         return Report(
             source=self.source.describe(),
             dest=self.options.dest,
@@ -524,6 +531,7 @@ class _Coordinator:
             resumed_bytes=self.resumed_bytes,
             options=self.options.as_dict(),
             failures=failures,
+            failures_file=failures_file,
             started_at=self.started_at,
             finished_at=time.time(),
         )

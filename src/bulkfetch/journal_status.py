@@ -1,0 +1,129 @@
+"""`bulkfetch status DEST`: the journal's state, read without writing and without waiting on
+a run that holds it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bulkfetch.errors import NoJournal
+from bulkfetch.journal import (
+    _FAILURES_SQL,
+    _TOTALS_SQL,
+    DB_NAME,
+    LOCK_NAME,
+    STATE_DIR,
+    State,
+    Totals,
+    _check_schema,
+    _corrupt,
+    _dec,
+    _lock_holder,
+    _totals,
+)
+from bulkfetch.models import Failure
+
+
+@dataclass(frozen=True)
+class Status:
+    """What `bulkfetch status DEST` shows."""
+
+    dest: str
+    state: State
+    totals: Totals
+    fingerprint: dict[str, object] = field(default_factory=dict)
+    pid: int | None = None  # the run holding the lock (state "running")
+    last_error: str | None = None
+    failures: tuple[Failure, ...] = ()  # the first 20 by page seq, name
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10.0)
+        conn.execute("PRAGMA user_version").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        # a WAL file left by a killed run may need recovery, which read-only cannot do
+        conn = sqlite3.connect(path, timeout=10.0)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+
+def read_status(dest: Path) -> Status:
+    """The journal's state for `bulkfetch status DEST`; never writes, never waits on a run."""
+    dest = Path(dest)
+    path = dest / STATE_DIR / DB_NAME
+    if not path.is_file():
+        raise NoJournal(f"{dest} has no bulkfetch journal ({path} does not exist)")
+    held, pid = _lock_holder(dest / STATE_DIR / LOCK_NAME)
+    try:
+        conn = _connect_readonly(path)
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, f"cannot be read ({exc})") from None
+    try:
+        if not _check_schema(conn, path):
+            return Status(str(dest), "running" if held else "empty", Totals(), pid=pid)
+        try:
+            totals = _totals(conn.execute(_TOTALS_SQL).fetchone())
+            fp_json, last_error = conn.execute(
+                "SELECT fingerprint, last_error FROM run").fetchone()
+            rows = conn.execute(_FAILURES_SQL, (20,)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise _corrupt(path, f"is damaged ({exc})") from None
+    finally:
+        conn.close()
+    try:
+        fingerprint = json.loads(fp_json)
+    except ValueError:
+        fingerprint = {}
+    state: State
+    if held:
+        state = "running"
+    elif totals.listing_done and totals.pages_done == totals.pages_listed:
+        state = "finished with failures" if totals.files_failed else "finished"
+    elif totals.pages_listed == 0:
+        state = "empty"
+    else:
+        state = "interrupted"
+    failures = tuple(Failure(_dec(n), r, a) for n, r, a in rows)
+    return Status(str(dest), state, totals, fingerprint, pid if held else None, last_error,
+                  failures)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError  # pragma: no cover
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def render_status(status: Status) -> str:
+    t = status.totals
+    state = status.state + (f" (pid {status.pid})" if status.pid else "")
+    lines = [f"{status.dest}: {state}"]
+    if "source" in status.fingerprint:
+        lines.append(f"source: {status.fingerprint['source']}")
+    listing = "complete" if t.listing_done else "not complete"
+    lines.append(f"pages: {t.pages_done:,} of {t.pages_listed:,} listed done (listing {listing})")
+    lines.append(f"files: {t.files_ok:,} ok, {t.files_failed:,} failed, {t.files_listed:,} "
+                 f"listed; {_size(t.bytes)}")
+    lines.append(f"started {_when(t.started_at)}, last update {_when(t.updated_at)}")
+    if status.last_error:
+        lines.append(f"last error: {status.last_error}")
+    if status.failures:
+        lines.append(f"failures (first {len(status.failures)} of {t.files_failed:,}):")
+        lines += [f"  {f.name!r}: {f.reason} ({f.attempts} attempts)" for f in status.failures]
+    hint = {"interrupted": "rerun the same command to resume",
+            "finished with failures": "rerun with --retry-failed to try the failed files again",
+            "empty": "nothing listed yet: rerun the same command to start"}.get(status.state)
+    if hint:
+        lines.append(hint)
+    return "\n".join(lines)
