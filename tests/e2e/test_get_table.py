@@ -4,19 +4,14 @@ component on two hosts are both kept, and a rerun that fetches nothing again."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
-import os
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from getkit import read_journal
+from getkit import kill_after_pages, read_journal
 
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.sizes import parse_size_spec
@@ -152,15 +147,8 @@ def test_kill_9_midway_then_the_rerun_asks_only_for_the_pages_not_done(tmp_path:
             [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(source), str(dest),
              "--name-template", "{index:06d}{ext}.bin", "-w", "2", "--quiet"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        done, deadline = 0, time.monotonic() + 120
-        while done < 10:  # of 30 pages
-            assert first.poll() is None and time.monotonic() < deadline, "ended before 10 pages"
-            with contextlib.suppress(sqlite3.OperationalError):  # not readable yet
-                rows = read_journal(dest, "SELECT count(*) FROM pages WHERE status = 'done'")
-                done = rows[0][0] if rows else 0
-            time.sleep(0.02)
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+        kill_after_pages(first, dest, 10)  # of 30 pages
+        done = read_journal(dest, "SELECT count(*) FROM pages WHERE status = 'done'")[0][0]
         before = len(server.requests())
         proc, _ = get(source, dest, tmp_path / "r.json")
         asked = [r for r in server.requests()[before:] if r.target.startswith("/get/")]
