@@ -86,8 +86,17 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
     elif (line := stop_line(report)) is not None:
         click.echo(f"bulkfetch: {line}", err=True)
     if report_path:
+        import dataclasses
         from pathlib import Path
 
+        from bulkfetch.failures_file import beside_report
+
+        try:
+            copied = beside_report(Path(report_path), report.failures_file)
+            report = dataclasses.replace(report, failures_file=copied)
+        except OSError as exc:  # the report still says where DEST's list is
+            click.echo(f"bulkfetch: cannot copy the list of failures beside {report_path}: "
+                       f"{exc}", err=True)
         write_report(report, Path(report_path))
     return report
 

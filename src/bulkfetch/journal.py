@@ -116,7 +116,8 @@ END;
 
 _UPSERT_FAILURE = (
     "INSERT INTO failures (name, seq, reason, attempts, at, url) VALUES (?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
+    # a retry that fails before any transfer (URL unknown) keeps the URL already known
+    "ON CONFLICT (name) DO UPDATE SET url = coalesce(excluded.url, failures.url), "
 )
 _UPSERT_NEW = _UPSERT_FAILURE + (
     "seq = excluded.seq, reason = excluded.reason, attempts = excluded.attempts, at = excluded.at"
@@ -544,8 +545,11 @@ class Journal:
 
     def failures(self, limit: int = 1000) -> list[Failure]:
         with self._translated():
-            rows = self._db.execute(_FAILURES_SQL, (limit,)).fetchall()
-        return [Failure(_dec(name), reason, attempts) for name, reason, attempts in rows]
+            # not _FAILURES_SQL: `status` reads journals older than the url column with it
+            rows = self._db.execute("SELECT name, reason, attempts, url FROM failures "
+                                    "ORDER BY seq, name LIMIT ?", (limit,)).fetchall()
+        return [Failure(_dec(name), reason, attempts, url or "")
+                for name, reason, attempts, url in rows]
 
     def failure_count(self) -> int:
         return self._one("SELECT files_failed FROM run")[0]

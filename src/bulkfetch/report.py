@@ -176,8 +176,9 @@ def print_summary(report: Report, console: Console) -> None:
         console.print(failures)
     if report.failures_file:
         more = f"{total - len(shown):,} more; " if total > len(shown) else ""
+        where = safe_text(report.failures_file, limit=4096)  # whole: a path to copy
         console.print(Text(f"{more}all {total:,}, one JSON object a line (url, name, reason, "
-                           f"attempts, status): {report.failures_file}", style="dim"))
+                           f"attempts, status): {where}", style="dim"))
     elif total > len(shown):
         console.print(Text(f"{total - len(shown):,} more in the report/journal "
                            "(--report FILE.json lists up to "

@@ -1,13 +1,18 @@
-"""`bulkfetch get --from-file TABLE` end to end (issue 19): a CSV and a JSONL table of URLs
-against the reference server, names from a template so that URLs sharing a last path
-component on two hosts are both kept, and a rerun that fetches nothing again."""
+"""`bulkfetch get --from-file TABLE` end to end (issue 19): CSV, JSONL and Parquet tables of
+URLs against the reference server, names from a template so that URLs sharing a last path
+component on two hosts are both kept, a rerun that fetches nothing again, and --save-cols
+storing each row's columns as its sample's .json (dir, and tar read by webdataset)."""
 
 from __future__ import annotations
 
 import csv
 import json
+import random
 import subprocess
 import sys
+import tarfile
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -72,36 +77,90 @@ def test_a_table_of_urls_lands_under_template_names_and_resumes(tmp_path: Path,
     assert len([p for p in dest.iterdir() if p.name != ".bulkfetch"]) == ROWS
 
 
+def photo_tree(root: Path, photos: int) -> dict[int, bytes]:
+    """The photos to serve with --root, as `NNN/photo.jpg`: photo -> its body."""
+    bodies: dict[int, bytes] = {}
+    for i in range(photos):
+        (root / f"{i:03d}").mkdir(parents=True)
+        bodies[i] = random.Random(i).randbytes(10 + i % 2000)
+        (root / f"{i:03d}" / "photo.jpg").write_bytes(bodies[i])
+    return bodies
+
+
+def photo_table(path: Path, port: int, photos: int) -> Path:
+    """img2dataset's shape: each photo listed twice (on 127.0.0.1 and on localhost, so the
+    URLs share their path) with a caption and a width, then two rows that give no URL to
+    fetch (none, and ftp://)."""
+    rows: list[dict[str, object]] = [
+        {"url": f"http://{'127.0.0.1' if r % 2 == 0 else 'localhost'}:{port}/get/"
+                f"{r // 2:03d}/photo.jpg", **caption_json(r)} for r in range(2 * photos)]
+    rows += [{"url": None, "caption": "no url", "width": 1},
+             {"url": "ftp://127.0.0.1/x.jpg", "caption": "ftp", "width": 2}]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=700)
+    return path
+
+
+def caption_json(row: int) -> dict[str, object]:
+    return {"caption": f"row {row}, \"ü\"\nsecond line", "width": 7 * row}
+
+
 @pytest.mark.parametrize("sink", ["tar", "dir"])
 def test_save_cols_store_each_rows_columns_beside_its_file_as_one_sample(
-        tmp_path: Path, sink: str) -> None:
-    files = 300
-    data = SyntheticDataSet(files, 1000, 0, parse_size_spec("uniform:10:2k"))
-    dest = tmp_path / "d"
-    with ReferenceServer("--files", str(files), "--file-size", "uniform:10:2k") as server:
-        source = table(tmp_path / "urls.parquet", server.port, files=files)
-        proc = subprocess.run(
-            [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(source), str(dest),
-             "--name-template", "{index:06d}.bin", "--save-cols", "caption", "--sink", sink,
-             "-w", "2", "--quiet"],
-            capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    captions = [f"row {r}, \"quoted\"\nsecond line" for r in range(2 * files)]
+        tmp_path: Path, sink: str, reference_server: Callable[..., ReferenceServer]) -> None:
+    photos = 1250  # 2,500 rows: three pages of rows, 5,000 files
+    photo = photo_tree(tmp_path / "root", photos)
+    server = reference_server("--root", str(tmp_path / "root"))
+    source = photo_table(tmp_path / "photos.parquet", server.port, photos)
+    bodies = {f"{r:09d}.jpg": photo[r // 2] for r in range(2 * photos)}
+    dest, report = tmp_path / "d", tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(source), str(dest),
+         "--name-template", "{index:09d}{ext}", "--save-cols", "caption,width",
+         "--sink", sink, "--shard-files", "1500", "-w", "2", "--quiet", "--report",
+         str(report)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr  # the two rows without a URL to fetch
+    failed = json.loads(report.read_text())["failures"]
+    assert sorted(f["name"] for f in failed) == ["000002500", "000002501.jpg"]
+    expected = [*bodies, *(f"{r:09d}.json" for r in range(2 * photos))]
     if sink == "dir":
-        for row in range(2 * files):
-            assert (dest / f"{row:06d}.bin").read_bytes() == data.body(row // 2)
-            assert json.loads((dest / f"{row:06d}.json").read_bytes()) == {
-                "caption": captions[row]}
+        stored = {str(p.relative_to(dest)): p for p in dest.rglob("*")
+                  if p.is_file() and ".bulkfetch" not in p.parts}
+        assert sorted(stored) == sorted(expected)  # each once, no JSON for the failed rows
+        for name, body in bodies.items():
+            assert stored[name].read_bytes() == body, name
+        for row in range(2 * photos):
+            assert json.loads(stored[f"{row:09d}.json"].read_bytes()) == caption_json(row)
         return
-    import webdataset  # what users read shards with: every sample whole
-
     shards = sorted(str(p) for p in dest.glob("shard-*.tar"))
+    assert len(shards) > 1
+    members: Counter[str] = Counter()
+    for shard in shards:
+        with tarfile.open(shard) as tar:
+            members.update(tar.getnames())
+    assert members == Counter(expected)  # every file once, across the shards
+    import webdataset  # what users read shards with: every sample whole, in one shard
+
     samples = list(webdataset.WebDataset(shards, shardshuffle=False, empty_check=False))
-    assert len(samples) == 2 * files
+    assert len(samples) == 2 * photos
     for sample in samples:
         row = int(sample["__key__"])
-        assert sample["bin"] == data.body(row // 2)
-        assert json.loads(sample["json"]) == {"caption": captions[row]}
+        assert set(sample) >= {"jpg", "json"}, sample.keys()
+        assert sample["jpg"] == bodies[f"{row:09d}.jpg"]
+        assert json.loads(sample["json"]) == caption_json(row)  # numbers stay numbers
+
+
+def test_save_cols_with_a_url_list_is_a_usage_error(tmp_path: Path) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.1:1/a.jpg\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(urls),
+         str(tmp_path / "d"), "--save-cols", "caption"], capture_output=True, text=True,
+        timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "--save-cols" in proc.stderr and "urls.txt" in proc.stderr
 
 
 def test_a_changed_table_is_a_different_run(tmp_path: Path) -> None:

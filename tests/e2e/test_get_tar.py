@@ -166,7 +166,7 @@ def test_hostile_names_never_become_members(reference_server, tmp_path: Path) ->
                 assert member.isfile()
                 assert not member.name.startswith(("/", "~")) and ".." not in member.name.split("/")
                 assert member.name not in refused
-    assert sorted(os.listdir(tmp_path)) == ["dest", "r.json"]
+    assert sorted(os.listdir(tmp_path)) == ["dest", "r.failures.jsonl", "r.json"]
 
 
 def test_retry_failed_adds_the_failed_files_once(reference_server, tmp_path: Path) -> None:

@@ -333,6 +333,65 @@ def test_failed_names_streams_in_order_while_retrying(tmp_path: Path) -> None:
         assert j.totals().files_ok == 3 * n // 10
 
 
+def test_failures_keep_their_url(tmp_path: Path) -> None:
+    with Journal.open(tmp_path, FP) as j:
+        add_pages(j, range(2))
+        j.page_done(PageReport(0, 0, 0, (Failure("a", "HTTP 503", 9, "http://h/get/a"),
+                                         Failure("b", "unsafe name: x", 0))))
+        assert j.failures() == [Failure("a", "HTTP 503", 9, "http://h/get/a"),
+                                Failure("b", "unsafe name: x", 0)]
+        # a retry pass that fails before any transfer keeps the URL known; a new one wins
+        j.page_done(PageReport(0, 0, 0, (Failure("a", "no space", 0),
+                                         Failure("b", "HTTP 404", 1, "http://h/get/b"))))
+        assert [f for _, f in j.failure_rows()] == [
+            Failure("a", "no space", 9, "http://h/get/a"),
+            Failure("b", "HTTP 404", 1, "http://h/get/b")]
+    conn = sqlite3.connect(db_path(tmp_path))
+    assert conn.execute("SELECT name, url FROM failures ORDER BY name").fetchall() == [
+        ("a", "http://h/get/a"), ("b", "http://h/get/b")]
+
+
+def test_a_journal_from_before_failure_urls_gains_the_column(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema 1 as it first shipped had no failures.url: such a journal resumes, and the
+    column is added (NULL for the failures it already holds)."""
+    import re
+
+    from bulkfetch import journal as journal_module
+
+    old_schema, removed = re.subn(r",\n\s*url TEXT[^\n]*", "", journal_module._SCHEMA)
+    assert removed == 1
+    with monkeypatch.context() as patch:
+        patch.setattr(journal_module, "_SCHEMA", old_schema)
+        with Journal.open(tmp_path, FP) as j:
+            add_pages(j, range(2))
+    conn = sqlite3.connect(db_path(tmp_path))
+    with conn:  # what the old page_done wrote
+        conn.execute("UPDATE pages SET status = 'done', ok = 8, bytes = 80 WHERE seq = 0")
+        conn.executemany("INSERT INTO failures (name, seq, reason, attempts, at) "
+                         "VALUES (?, 0, ?, ?, 0)", [("a", "HTTP 404", 1), ("b", "HTTP 503", 9)])
+
+    def columns() -> list[str]:
+        return [row[1] for row in conn.execute("PRAGMA table_info(failures)")]
+
+    assert "url" not in columns()
+    assert read_status(tmp_path).failures == (Failure("a", "HTTP 404", 1),
+                                              Failure("b", "HTTP 503", 9))  # reads it as is
+    with Journal.open(tmp_path, FP) as j:
+        assert j.resumed and columns()[-1] == "url"
+        assert j.failures() == [Failure("a", "HTTP 404", 1), Failure("b", "HTTP 503", 9)]
+        j.page_done(PageReport(0, 1, 10, (Failure("b", "HTTP 503", 1, "http://h/b"),)))
+        j.retry_succeeded(["a"])
+        j.page_done(PageReport(1, 9, 90, (Failure("c", "HTTP 410", 1, "http://h/c"),)))
+        assert list(j.failure_rows()) == [(0, Failure("b", "HTTP 503", 10, "http://h/b")),
+                                          (1, Failure("c", "HTTP 410", 1, "http://h/c"))]
+        t = j.totals()
+        assert (t.files_ok, t.files_failed, t.bytes, t.pages_done) == (18, 2, 180, 2)
+    with Journal.open(tmp_path, FP) as j:  # opened again: nothing left to add
+        assert columns().count("url") == 1 and j.failure_count() == 2
+    conn.close()
+
+
 # ---------------------------------------------------------------------------- status
 
 

@@ -158,7 +158,8 @@ def test_summary_escapes_hostile_names(terminal: bool) -> None:
     report = Report(source="http://h/\x1b[2J", dest="/d\x07", files_failed=len(HOSTILE),
                     error="boom \x1b]8;;http://x\x07", listing_complete=True,
                     failures=[Failure(name, f"HTTP 500 \x1b[5m{name[:20]}", 3)
-                              for name in HOSTILE])
+                              for name in HOSTILE],
+                    failures_file="/d\x07/.bulkfetch/failures.jsonl")
     out = render(report, terminal=terminal)
     # no terminal control from the data: no BEL, no OSC, no NUL, no CR, no surrogate,
     # no bidi override; ESC only as rich's own colour codes (SGR) on a terminal
@@ -171,7 +172,7 @@ def test_summary_escapes_hostile_names(terminal: bool) -> None:
     for visible in (r"'\x1b]0;pwned\x07'", r"'\x1b[2J\x1b[H'", r"\udcff", r"\u202e",
                     r"'nul\x00byte'", "[bold red]markup[/bold red] :smile:",
                     "(10,000 characters)", r"HTTP 500 \x1b[5m", r"boom \x1b]8;;http://x\x07",
-                    r"http://h/\x1b[2J"):
+                    r"http://h/\x1b[2J", r"/d\x07/.bulkfetch/failures.jsonl"):
         assert visible in plain, visible
     assert "x" * 201 not in plain  # the long name is cut
 
@@ -196,6 +197,31 @@ def test_summary_lists_the_first_failures_and_how_many_more() -> None:
     assert "2,990 more in the report/journal" in out
     assert "HTTP 404" in out
     assert "Exit status 1" in out and "3,000 files failed" in out and "--retry-failed" in out
+
+
+def test_summary_names_the_list_of_all_failures() -> None:
+    where = "/tmp/d/.bulkfetch/failures.jsonl"
+    out = render(failed_report(25, files_failed=3_000, failures_file=where))
+    plain = " ".join(out.split())  # the console wraps long lines
+    assert f"2,990 more; all 3,000, one JSON object a line (url, name, reason, attempts, " \
+           f"status): {where}" in plain
+    assert "more in the report/journal" not in plain
+    few = " ".join(render(failed_report(2, failures_file=where)).split())
+    assert "all 2, one JSON object a line" in few and "more;" not in few
+    assert "JSON object a line" not in render(failed_report(2))  # no list written
+
+
+def test_report_dict_names_the_list_and_each_failures_url() -> None:
+    report = Report(source="s", dest="/d", files_failed=2, listing_complete=True,
+                    failures=[Failure("a", "HTTP 404", 1, "http://h/get/a"),
+                              Failure("b", "unsafe name: '..' component", 0)],
+                    failures_file="/r.failures.jsonl")
+    data = report_dict(report)
+    assert data["failures_file"] == "/r.failures.jsonl"
+    assert data["failures"] == [
+        {"name": "a", "reason": "HTTP 404", "attempts": 1, "url": "http://h/get/a"},
+        {"name": "b", "reason": "unsafe name: '..' component", "attempts": 0, "url": None}]
+    assert report_dict(failed_report(0))["failures_file"] is None
 
 
 @pytest.mark.parametrize(

@@ -88,3 +88,27 @@ def test_bad_columns_and_templates_are_usage_errors_naming_them(tmp_path: Path) 
         TableOptions(name_col="key", name_template="{index}")
     with pytest.raises(UsageError, match=r"not a \.csv, \.tsv, \.jsonl or \.parquet"):
         TableSource(str(tmp_path / "t.txt"), TableOptions())
+
+
+def test_a_row_whose_url_cannot_be_fetched_fails_alone_and_gets_no_json(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    rows = [{"url": "http://[::1/x.jpg", "w": 1},  # a broken host: no name from its path
+            {"url": "ftp://h/y.jpg", "w": 2},
+            {"url": "data:application/json;base64,e30=", "w": 3},  # not ours to store
+            {"url": URLS[0], "w": 4}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    for options in (TableOptions(), TableOptions(save_cols=("w",))):
+        source = TableSource(str(path), options)
+        outcomes = []
+        for item in source.list_page(None).items:
+            try:
+                outcomes.append(source.resolve(item)[0])
+            except ValueError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[:3] == [
+            "Invalid IPv6 URL: 'http://[::1/x.jpg'",
+            "not an http:// or https:// URL: 'ftp://h/y.jpg'",
+            "not an http:// or https:// URL: 'data:application/json;base64,e30='"]
+        # only the row with a URL to fetch has its JSON, right after it
+        assert outcomes[3:] == ["img/0/photo.jpg", *(["img/0/photo.json"] if
+                                                     options.save_cols else [])]

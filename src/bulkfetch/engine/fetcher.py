@@ -165,10 +165,12 @@ class Fetcher:
         # Resolved first: the sink is told the page's names (in listing order) as it begins.
         names: list[str] = []
         ready: list[tuple[str, str]] = []  # (name, url) to fetch
-        refused: list[tuple[str, str]] = []  # (name, reason)
-        inline: list[tuple[str, bytes]] = []  # data: URLs (a table row's --save-cols JSON)
+        # (name, reason, url): the URL it would have been fetched from, "" when unknown
+        refused: list[tuple[str, str, str]] = []
+        inline: list[tuple[str, str, bytes]] = []  # data: URLs (a row's --save-cols JSON)
         resolve = self.source.resolve
         for item in page.names:
+            url = ""
             try:
                 name, url = resolve(item)
             except UnicodeError:  # e.g. a lone surrogate from \udcff in the JSON
@@ -181,20 +183,20 @@ class Fetcher:
                     names.append(name)
                     if url.startswith("data:"):
                         try:
-                            inline.append((name, data_url_body(url)))
+                            inline.append((name, url, data_url_body(url)))
                         except ValueError as exc:
-                            refused.append((name, str(exc)))
+                            refused.append((name, str(exc), url))
                     else:
                         ready.append((name, url))
                     continue
                 reason = f"unsafe name: {reason}"
             names.append(name)
-            refused.append((name, reason))
+            refused.append((name, reason, url))
         state = self._begin(page, names)
-        for name, reason in refused:
-            self._fail(state, name, reason, 0)
-        for name, body in inline:
-            self._store_inline(state, name, body)
+        for name, reason, url in refused:
+            self._fail(state, name, reason, 0, url)
+        for name, url, body in inline:
+            self._store_inline(state, name, url, body)
         queue = self.pending if self.spool_above else self.big.pending
         partials, resume = self.big.partials, self.big.resume
         for name, url in ready:
@@ -225,12 +227,12 @@ class Fetcher:
         if not page.names:
             self._page_finished(state)
 
-    def _store_inline(self, state: _PageState, name: str, body: bytes) -> None:
+    def _store_inline(self, state: _PageState, name: str, url: str, body: bytes) -> None:
         """A body the listing carried (a data: URL): stored as fetched, checked by nobody."""
         try:
             state.write(name, body, None)
         except SinkFailure as exc:
-            self._fail(state, name, str(exc), 0)
+            self._fail(state, name, str(exc), 0, url)
             return
         self._stored(state, len(body))
 

@@ -27,7 +27,7 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sink = open_sink(options.sink, Path(options.dest), worker)
-    fetcher = Fetcher(options, make_source(options), sink, worker)
+    fetcher = Fetcher(options, make_source(options, listing=False), sink, worker)
     no_more_pages = False
     stop_by: float | None = None  # when stopping: give up on the pages in hand at this time
     last_tick = 0.0

@@ -511,8 +511,9 @@ class _Coordinator:
         try:
             written = write_failures(self.journal, Path(self.options.dest))
             failures_file = None if written is None else str(written)
-        except (OSError, BulkfetchError) as exc:  # the run's outcome stands without the list
-            _say(f"bulkfetch: cannot write the list of failures: {exc}\n")
+        except Exception as exc:  # a by-product: the run's outcome and report stand without it
+            _say(f"bulkfetch: cannot write the list of failures ({exc}); the journal "
+                 "still holds every failure\n")
         return Report(
             source=self.source.describe(),
             dest=self.options.dest,

@@ -10,10 +10,11 @@ from bulkfetch.sources.table import TableSource, table_format
 from bulkfetch.sources.urllist import UrlListSource
 
 
-def make_source(options: GetOptions) -> Source:
+def make_source(options: GetOptions, listing: bool = True) -> Source:
+    """The run's source; `listing=False` for a worker, which only resolves items."""
     if options.from_file:
         if table_format(options.source) is not None:
-            return TableSource(options.source, options.table)
+            return TableSource(options.source, options.table, listing=listing)
         if options.table != TableOptions():
             raise UsageError("--url-col, --name-col, --name-template and --save-cols apply to a "
                              f".csv, .tsv, .jsonl or .parquet table; {options.source!r} is read "

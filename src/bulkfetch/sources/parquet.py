@@ -12,6 +12,7 @@ group holding N, never at the top.
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,10 @@ from bulkfetch.errors import UsageError
 
 class ParquetRows:
     def __init__(self, path: str) -> None:
+        # The system allocator gives back what a batch used; pyarrow's default (mimalloc)
+        # kept 27 MB more at the peak of reading 1,000,000 rows (130 against 103 MB). Only
+        # when pyarrow is not loaded yet and the user chose no pool: never the caller's.
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
         try:
             import pyarrow
             import pyarrow.parquet as pq
@@ -29,7 +34,10 @@ class ParquetRows:
         self.path = path
         self.errors: tuple[type[BaseException], ...] = (OSError, pyarrow.ArrowException)
         try:
-            self.file = pq.ParquetFile(path)
+            # Column chunks read through a 256 KiB buffer, not whole (pre_buffer): what a
+            # page holds then stays flat whatever the row groups' size (2.9 MB at groups of
+            # 50,000 and of 200,000 rows, against 4.5 and 5.8 MB read whole).
+            self.file = pq.ParquetFile(path, buffer_size=1 << 18, pre_buffer=False)
         except self.errors as exc:
             raise UsageError(f"--from-file {path!r}: not a Parquet file pyarrow can read: "
                              f"{exc}") from None

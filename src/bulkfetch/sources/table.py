@@ -60,7 +60,7 @@ def _extension(url: str) -> str:
 
 class TableSource:
     def __init__(self, path: str, options: TableOptions,
-                 rows_per_page: int = ROWS_PER_PAGE) -> None:
+                 rows_per_page: int = ROWS_PER_PAGE, listing: bool = True) -> None:
         kind = table_format(path)
         if kind is None:
             raise UsageError(f"--from-file {path!r}: not a .csv, .tsv, .jsonl or .parquet "
@@ -73,6 +73,8 @@ class TableSource:
         self.body_start = 0  # the byte after the header row (CSV, TSV)
         self.parquet: ParquetRows | None = None
         self.first_url: dict[str, str] | None = None  # see _check_collisions()
+        if not listing:  # a worker only resolves the items: no header, and no pyarrow
+            return
         try:
             with open(path, "rb") as handle:
                 if kind in ("csv", "tsv"):
@@ -89,7 +91,8 @@ class TableSource:
                 if column is not None and column not in self.columns:
                     raise UsageError(
                         f"--from-file {path!r}: {flag} {column!r} is not a column of its "
-                        f"header ({', '.join(map(repr, self.columns)) or 'empty'})")
+                        f"{'schema' if kind == 'parquet' else 'header'} "
+                        f"({', '.join(map(repr, self.columns)) or 'empty'})")
 
     def _header(self, handle: IO[bytes]) -> tuple[list[str], int]:
         lines = _CountedLines(handle, bom=True)
@@ -189,6 +192,12 @@ class TableSource:
         if not url:
             return [f"{name or f'row {index}'}\0\0row {index}: no URL in column "
                     f"{self.options.url_col!r}"]
+        if row[2] is not None or not url.startswith(("http://", "https://")):
+            # Checked here, not only in resolve(): a row whose URL cannot be fetched gets no
+            # JSON, and a data: URL in the table must not pass for one this source made.
+            problem = _url_problem(url)
+            if problem is not None:
+                return [f"{name}\0\0{problem}"]
         if self.first_url:
             earlier = self.first_url.get(name, url)
             if earlier != url:
@@ -203,7 +212,10 @@ class TableSource:
             return named
         if options.name_template is not None:
             return options.name_template.format(index=index, ext=_extension(url))
-        return url_name(urlsplit(url).path)
+        try:
+            return url_name(urlsplit(url).path)
+        except ValueError:  # e.g. a broken [IPv6] host: the row fails on its own (resolve())
+            return f"row {index}"
 
     def _check_collisions(self) -> None:
         """Names from a column or from URLs may repeat (a template with {index} cannot): find
@@ -253,10 +265,21 @@ class TableSource:
             raise ValueError(rest[1:])
         if rest.startswith(JSON_DATA):  # a --save-cols item: the data this source made
             return name, rest
-        parts = urlsplit(rest)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http:// or https:// URL: {rest!r}")
+        problem = _url_problem(rest)
+        if problem is not None:
+            raise ValueError(problem)
         return name, rest
+
+
+def _url_problem(url: str) -> str | None:
+    """Why a table's URL cannot be fetched, or None."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. "http://[::1/x"
+        return f"{exc}: {url!r}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"not an http:// or https:// URL: {url!r}"
+    return None
 
 
 def sidecar_name(name: str) -> str:
