@@ -10,8 +10,10 @@ journaled done, is killed with SIGKILL (the whole process group), and runs again
 end. Printed: the file requests the server got
 in each run (the rerun must not start from row 0: it asks for about the rows not done),
 peak RSS (the largest process, and the sum over the main process and its workers, polled
-every 0.2 s), and the check: the webdataset package reads exactly ROWS samples from the
-shards, each with its .bin (bytes equal) and its .json (the row's columns).
+every 0.2 s), the peak of the tree's summed PSS (proportional set size: a page shared by
+the forked workers counts once in all, where summed RSS counts it in each), and the
+check: the webdataset package reads exactly ROWS samples from the shards, each with its
+.bin (bytes equal) and its .json (the row's columns).
 """
 
 from __future__ import annotations
@@ -83,24 +85,42 @@ def tree_rss_kb(root: int) -> dict[int, int]:
     return found
 
 
-def run(cmd: list[str], dest: Path, stop_at_pages: int | None) -> tuple[int, dict[int, int]]:
+def tree_pss_kb(root: int) -> int:
+    """The PSS (KiB) of `root` and its descendants, summed: memory the tree uses, pages
+    shared after fork divided among their sharers."""
+    total = 0
+    for pid in tree_pids(root):
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+                    break
+        except OSError:
+            continue
+    return total
+
+
+def run(cmd: list[str], dest: Path, stop_at_pages: int | None
+        ) -> tuple[int, dict[int, int], int]:
     """Run `cmd`; SIGKILL its group once `stop_at_pages` pages are done. (exit code or -9,
-    peak RSS KiB by pid, the main process under -1)."""
+    peak RSS KiB by pid with the main process under -1, the tree's peak summed PSS KiB)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     peaks: dict[int, int] = {}
+    pss_peak = 0
     while proc.poll() is None:
         for pid, kb in tree_rss_kb(proc.pid).items():
             key = -1 if pid == proc.pid else pid  # -1: the main process
             peaks[key] = max(peaks.get(key, 0), kb)
+        pss_peak = max(pss_peak, tree_pss_kb(proc.pid))
         if stop_at_pages is not None and pages_done(dest) >= stop_at_pages:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            return -9, peaks
+            return -9, peaks, pss_peak
         time.sleep(0.2)
     if proc.returncode != 0:
         raise SystemExit(f"exit {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
-    return 0, peaks
+    return 0, peaks, pss_peak
 
 
 def check(dest: Path, data: SyntheticDataSet, rows: int) -> tuple[int, int]:
@@ -147,25 +167,25 @@ def main() -> None:
         for label, stop in (("killed", stop_at), ("rerun", None)):
             before = file_requests(server.log_path)
             started = time.monotonic()
-            code, peaks = run(cmd, dest, stop)
+            code, peaks, pss = run(cmd, dest, stop)
             elapsed = time.monotonic() - started
             asked = file_requests(server.log_path) - before
             done = pages_done(dest)
             main = peaks.pop(-1, 0)
             rows_out.append((label, code, done, asked, elapsed, main / 1024,
                              max(peaks.values(), default=0) / 1024,
-                             (main + sum(peaks.values())) / 1024))
+                             (main + sum(peaks.values())) / 1024, pss / 1024))
     count, right = check(dest, data, args.rows)
     print(f"{args.rows:,}-row {args.format} table ({made:.1f} s to write), "
           f"`get --from-file ... --name-template '{{index:09d}}.bin' --save-cols caption,width "
           f"--sink tar --shard-files 10000 -w {args.workers}`, killed at {stop_at} of {pages} "
           "pages done\n")
     print("| run | exit | pages done after | file requests | s | peak RSS MB: main process "
-          "| largest worker | sum |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for label, code, done, asked, elapsed, main, largest, total in rows_out:
+          "| largest worker | sum | tree PSS MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, code, done, asked, elapsed, main, largest, total, pss in rows_out:
         print(f"| {label} | {code} | {done:,} | {asked:,} | {elapsed:.1f} | {main:.0f} "
-              f"| {largest:.0f} | {total:.0f} |")
+              f"| {largest:.0f} | {total:.0f} | {pss:.0f} |")
     killed_done, rerun_asked = rows_out[0][2], rows_out[1][3]
     not_done_rows = args.rows - killed_done * 1000
     print(f"\n- [{'x' if count == right == args.rows else ' '}] webdataset reads {count:,} "
@@ -177,6 +197,9 @@ def main() -> None:
     peak = max(max(r[5], r[6]) for r in rows_out)
     print(f"- [{'x' if peak < RSS_BAR_MB else ' '}] peak RSS of the largest process "
           f"{peak:.0f} MB (bar: under {RSS_BAR_MB} MB)")
+    tree = max(r[8] for r in rows_out)
+    print(f"- [{'x' if tree < RSS_BAR_MB else ' '}] peak memory of the whole tree (summed "
+          f"PSS) {tree:.0f} MB (bar: under {RSS_BAR_MB} MB)")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from bulkfetch.config import (
     GetOptions,
     Limits,
     RetryPolicy,
+    S3Options,
     SinkOptions,
     SourceShape,
     TableOptions,
@@ -53,6 +54,14 @@ def build_options(
     name_col: str | None = None,
     name_template: str | None = None,
     save_cols: tuple[str, ...] = (),
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    no_sign_request: bool = False,
+    addressing_style: str = "auto",
+    include: tuple[str, ...] = (),
+    exclude: tuple[str, ...] = (),
+    list_concurrency: int = 32,
 ) -> GetOptions:
     """Validated, frozen options; raises bulkfetch.UsageError naming the bad input."""
     return GetOptions(
@@ -72,6 +81,8 @@ def build_options(
         restart=restart,
         retry_failed=retry_failed,
         table=TableOptions(url_col, name_col, name_template, tuple(save_cols)),
+        s3=S3Options(endpoint_url, region, profile, no_sign_request, addressing_style,
+                     tuple(include), tuple(exclude), list_concurrency),
     )
 
 

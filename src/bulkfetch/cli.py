@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 import click
 
 from bulkfetch import __version__
+from bulkfetch.cli_s3 import s3_options
 from bulkfetch.errors import BulkfetchError, UsageError
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="Query parameter that carries the token.")
 @click.option("--get-template", default="/get/{name}", show_default=True,
               help="Path of one file; {name} is replaced by the URL-quoted name.")
+@s3_options
 @click.option("--restart", is_flag=True, help="Forget DEST's journal and start over.")
 @click.option("--retry-failed", is_flag=True,
               help="Also re-attempt the files the journal lists as failed (resuming as usual).")
@@ -189,7 +191,9 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
     """Download every file URL lists into DEST; rerun the same command to resume.
 
     URL is a server speaking the seed API (GET /list, /list?next-marker=T, /get/NAME) or
-    any paginated JSON API of that shape (see --names-key and friends). Exit status: 0 all
+    any paginated JSON API of that shape (see --names-key and friends), or
+    s3://BUCKET[/PREFIX] for the keys under PREFIX of an S3-compatible store, each stored
+    under its key relative to PREFIX (credentials as the AWS tools find them). Exit status: 0 all
     done, 1 some files failed, 2 usage error, 130 interrupted (resumable).
     """
     from bulkfetch.api import build_options

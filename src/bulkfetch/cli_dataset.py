@@ -14,10 +14,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.filesize import decimal
 
+from bulkfetch.cli_s3 import list_bucket, s3_options
 from bulkfetch.dataset import Dataset, open_dataset
 from bulkfetch.errors import BulkfetchError, DataUnreadable, UsageError
 from bulkfetch.extract import ExtractResult
@@ -76,13 +78,25 @@ def _opened(dest: str) -> Iterator[Dataset]:
 @click.argument("pattern", required=False)
 @click.option("-l", "--long", "long_format", is_flag=True,
               help="Tab-separated size, MD5, shard and name (a directory destination is "
-                   "read in full to compute the MD5s).")
-def ls(dest: str, pattern: str | None, long_format: bool) -> None:
-    """List the names stored in DEST (tar shards or a directory), in storage order.
+                   "read in full to compute the MD5s); for s3://, size and name.")
+@s3_options
+def ls(dest: str, pattern: str | None, long_format: bool, **s3_flags: Any) -> None:
+    """List the names stored in DEST (tar shards or a directory), in storage order; or the
+    names under s3://BUCKET[/PREFIX] (keys relative to PREFIX), listed in parallel key
+    ranges and printed as the ranges come back (pipe to `sort` for key order).
 
     PATTERN is a glob on the whole name: '*' also matches '/', e.g. 'photos/*.jpg'. Names
     holding control characters or backslashes are shown as quoted Python strings.
     """
+    if dest.startswith("s3://"):
+        if pattern is not None:
+            s3_flags["include"] = (*s3_flags["include"], pattern)
+        with _stdout_may_close():
+            list_bucket(dest, long_format, s3_flags, _shown)
+        return
+    if any(value not in (None, False, (), "auto", 32) for value in s3_flags.values()):
+        raise click.UsageError("--endpoint-url and the other s3:// flags apply to an s3:// "
+                               f"URL; {dest!r} is a destination")
     with _opened(dest) as dataset:
         out = click.get_text_stream("stdout")
         if long_format:

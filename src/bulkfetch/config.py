@@ -152,6 +152,34 @@ class TableOptions:
 
 
 @dataclass(frozen=True)
+class S3Options:
+    """How an s3:// source is reached and which keys it takes. Flags only: credentials are
+    resolved from the environment and ~/.aws where they are used (s3/settings.py), so no
+    secret is ever part of the options a report or journal holds."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    no_sign_request: bool = False
+    addressing: str = "auto"  # "auto" | "path" | "virtual"
+    include: tuple[str, ...] = ()  # globs on names (keys relative to the prefix)
+    exclude: tuple[str, ...] = ()
+    list_concurrency: int = 32  # listing requests in flight (key ranges listed at once)
+
+    def __post_init__(self) -> None:
+        if self.list_concurrency < 1:
+            raise UsageError(f"--list-concurrency must be >= 1, got {self.list_concurrency}")
+        if self.addressing not in ("auto", "path", "virtual"):
+            raise UsageError(f"--addressing-style {self.addressing!r}: give auto, path or "
+                             "virtual")
+
+    def listing(self) -> dict[str, object]:
+        """What decides which keys a run lists (its fingerprint): not how it signs."""
+        return {"endpoint_url": self.endpoint_url, "include": list(self.include),
+                "exclude": list(self.exclude)}
+
+
+@dataclass(frozen=True)
 class GetOptions:
     source: str  # the listing API's base URL, or the path of a URL list (from_file)
     dest: str
@@ -165,6 +193,7 @@ class GetOptions:
     restart: bool = False
     retry_failed: bool = False
     table: TableOptions = field(default_factory=TableOptions)
+    s3: S3Options = field(default_factory=S3Options)
 
     def fingerprint(self) -> dict[str, object]:
         """What makes two runs 'the same run' for resuming: source and output layout."""
@@ -181,6 +210,8 @@ class GetOptions:
             if not table["save_cols"]:  # as journaled before --save-cols existed
                 del table["save_cols"]
             found |= {"table": table, "table_identity": table_identity(self.source)}
+        if self.source.startswith("s3://") and not self.from_file:
+            found["s3"] = self.s3.listing()
         return found
 
     def as_dict(self) -> dict[str, object]:

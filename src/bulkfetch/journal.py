@@ -475,6 +475,13 @@ class Journal:
         return [(seq, None if tok == "" else _dec(tok), None if nxt is None else _dec(nxt))
                 for seq, tok, nxt in rows]
 
+    def page_tokens(self) -> list[tuple[str, str | None]]:
+        """(token, next token) of every journaled page: what a key-range listing has
+        covered (engine/ranges.py)."""
+        with self._translated():
+            rows = self._db.execute("SELECT token, next_token FROM pages").fetchall()
+        return [(_dec(tok), None if nxt is None else _dec(nxt)) for tok, nxt in rows]
+
     def last_page(self) -> tuple[int, str | None] | None:
         """(seq, token) of the last journaled page; None before the first."""
         row = self._one("SELECT seq, token FROM pages ORDER BY seq DESC LIMIT 1")

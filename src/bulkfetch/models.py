@@ -119,6 +119,7 @@ class Report:
     listing_complete: bool = False
     interrupted: bool = False
     error: str | None = None  # a run-level error (listing failed, disk full ...)
+    usage_error: bool = False  # `error` is the user's to fix (bad credentials): exit 2
     resumed_files: int = 0
     resumed_bytes: int = 0
     options: dict[str, object] = field(default_factory=dict)
@@ -140,7 +141,10 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """0 all done, 1 some files failed or the run could not finish, 130 interrupted."""
+        """0 all done, 1 some files failed or the run could not finish, 2 it stopped on what
+        the user must change, 130 interrupted."""
+        if self.usage_error:
+            return 2
         if self.interrupted:
             return 130
         if self.error is not None or self.files_failed or not self.listing_complete:

@@ -92,6 +92,8 @@ def _status(report: Report) -> tuple[str, str]:
     if code == 130:
         return ("Exit status 130: interrupted. Rerun the same command to resume.",
                 "bold yellow")
+    if code == 2:  # what to change is in the message; the same command would fail again
+        return f"Exit status 2: {safe_text(report.error or 'usage error')}.", "bold red"
     parts = ["Exit status 1:"]
     if report.error is not None:
         parts.append(f"the run stopped on an error: {safe_text(report.error)}.")

@@ -194,7 +194,7 @@ class BigFiles:
         handle = self.fetcher.free.pop()
         part.lines = self.fetcher.buffers[handle][1]
         spooling.prepare(handle, part.write)
-        handle.setopt(pycurl.HTTPHEADER, part.headers())
+        handle.setopt(pycurl.HTTPHEADER, part.headers() + self.fetcher.base_headers)
         self._add(handle, part, transfer)
 
     def _add(self, handle: pycurl.Curl, body: spooling.SpooledBody | Part,
@@ -219,7 +219,10 @@ class BigFiles:
         body.announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
         spooling.restore(handle, chunks, self.spool_above)
         if isinstance(body, Part):
-            handle.unsetopt(pycurl.HTTPHEADER)
+            if fetcher.base_headers:  # the source's own headers stay (S3: signing)
+                handle.setopt(pycurl.HTTPHEADER, fetcher.base_headers)
+            else:
+                handle.unsetopt(pycurl.HTTPHEADER)
         return body
 
     def _free(self, handle: pycurl.Curl) -> None:

@@ -124,6 +124,11 @@ class Fetcher:
         # object costs a failed generic lookup (an AttributeError built and dropped) first.
         self.buffers: dict[pycurl.Curl, tuple[list[bytes], list[bytes]]] = {}
         self.transfer_of: dict[pycurl.Curl, _Transfer] = {}
+        # What every request of this source needs (an S3 source: SigV4 signing and its
+        # headers), set once per handle; a piece of a big file adds its Range to the headers.
+        source_options = getattr(source, "curl_options", list)()
+        self.base_headers: list[str] = next(
+            (value for option, value in source_options if option == pycurl.HTTPHEADER), [])
         for _ in range(options.limits.concurrency):
             handle = new_handle(options.timeouts)
             chunks: list[bytes] = []
@@ -131,6 +136,8 @@ class Fetcher:
             handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
             handle.setopt(pycurl.HEADERFUNCTION, lines.append)
             handle.setopt(pycurl.MAXFILESIZE_LARGE, self.spool_above)
+            for option, value in source_options:
+                handle.setopt(option, value)
             self.buffers[handle] = (chunks, lines)
             self.free.append(handle)
         self.handles = list(self.free)

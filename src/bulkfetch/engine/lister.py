@@ -30,6 +30,7 @@ class ListingFinished:
 @dataclass(frozen=True, slots=True)
 class ListingFailed:
     message: str
+    usage: bool = False  # the user must change something (exit status 2)
 
 
 ListerEvent = Listed | ListingFinished | ListingFailed
@@ -77,7 +78,7 @@ class Lister(threading.Thread):
             except ListingError as exc:
                 if not exc.retryable or attempt > self.policy.retries:
                     tries = f" after {attempt} attempts" if attempt > 1 else ""
-                    self._put(ListingFailed(f"page {seq}: {exc}{tries}"))
+                    self._put(ListingFailed(f"page {seq}: {exc}{tries}", usage=exc.usage))
                     return None
                 delay = self.policy.delay(attempt, exc.retry_after_s, self.rng)
                 attempt += 1

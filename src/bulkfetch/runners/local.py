@@ -23,6 +23,7 @@ from bulkfetch import index
 from bulkfetch.config import GetOptions
 from bulkfetch.engine.channel import channel
 from bulkfetch.engine.lister import Listed, Lister, ListingFailed, ListingFinished
+from bulkfetch.engine.range_lister import RangeLister
 from bulkfetch.engine.worker import worker_main
 from bulkfetch.errors import BulkfetchError, JournalIOError, UsageError
 from bulkfetch.failures_file import write_failures
@@ -218,6 +219,7 @@ class _Coordinator:
         self.journaled = [0, 0, 0]  # ok, failed, bytes of the pages this run journaled done
         # The journal cannot be written (disk full, I/O error): stop, as for a sink's fatal
         self.journal_broken = False
+        self.usage_error = False  # the run stopped on what only the user can fix (exit 2)
 
     # -- progress ------------------------------------------------------------------------
     def progress(self, started: float) -> Progress:
@@ -264,10 +266,17 @@ class _Coordinator:
         self.workers = workers
         for worker in workers:
             worker.start()
-        lister = Lister(self.source, options.retry, replay, next_seq, next_token,
-                        list_more=list_more, ahead=options.limits.max_pages_out,
-                        before=journal.last_page() if list_more else None,
-                        key_of=self._key_of if options.sink.kind == "tar" else None)
+        key_of = self._key_of if options.sink.kind == "tar" else None
+        lister: Lister | RangeLister
+        if hasattr(self.source, "list_range"):  # key ranges listed at once (S3)
+            lister = RangeLister(self.source, options.retry, replay,
+                                 journal.page_tokens() if list_more else [], next_seq,
+                                 list_more, ahead=options.limits.max_pages_out,
+                                 concurrency=options.s3.list_concurrency, key_of=key_of)
+        else:
+            lister = Lister(self.source, options.retry, replay, next_seq, next_token,
+                            list_more=list_more, ahead=options.limits.max_pages_out,
+                            before=journal.last_page() if list_more else None, key_of=key_of)
         started = time.monotonic()
         self.started_at = time.time()
         interrupted = False
@@ -374,6 +383,7 @@ class _Coordinator:
                 self.total_files = self.journal.totals().files_listed
                 return
             if isinstance(event, ListingFailed):
+                self.usage_error = self.usage_error or event.usage
                 self._fail_run(event.message)
                 return
             assert isinstance(event, Listed)
@@ -528,6 +538,7 @@ class _Coordinator:
             listing_complete=totals.listing_done,
             interrupted=interrupted,
             error=self.error,
+            usage_error=self.usage_error,
             resumed_files=self.resumed_ok,
             resumed_bytes=self.resumed_bytes,
             options=self.options.as_dict(),

@@ -1,8 +1,9 @@
-"""Where names come from: a paginated JSON API, a list of URLs, or a table of them."""
+"""Where names come from: a paginated JSON API, an S3 bucket, a list of URLs, or a table
+of them."""
 
 from __future__ import annotations
 
-from bulkfetch.config import GetOptions, TableOptions
+from bulkfetch.config import GetOptions, S3Options, TableOptions
 from bulkfetch.errors import UsageError
 from bulkfetch.sources.base import ListedPage, ListingError, Source
 from bulkfetch.sources.fileserver import FileServerSource
@@ -20,6 +21,15 @@ def make_source(options: GetOptions, listing: bool = True) -> Source:
                              f".csv, .tsv, .jsonl or .parquet table; {options.source!r} is read "
                              "as one URL a line")
         return UrlListSource(options.source)
+    if options.source.startswith("s3://"):
+        from bulkfetch.sources.s3 import S3Source  # loads the S3 settings only when used
+
+        return S3Source(options.source, options.s3, options.timeouts,
+                        options.limits.max_page_size)
+    if options.s3 != S3Options():
+        raise UsageError("--endpoint-url, --region, --profile, --no-sign-request, "
+                         "--addressing-style, --include, --exclude and --list-concurrency "
+                         f"apply to an s3:// source; {options.source!r} is not one")
     return FileServerSource(options.source, options.shape, options.timeouts,
                             options.limits.max_page_size)
 

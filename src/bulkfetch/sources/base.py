@@ -15,6 +15,7 @@ class ListedPage:
     items: tuple[str, ...]
     next_token: str | None
     total: int | None = None  # files in the whole listing, when the source says so
+    sizes: tuple[int, ...] | None = None  # the items' sizes, when the listing says them
 
 
 def unusable_name(item: str) -> str:
@@ -38,12 +39,17 @@ def data_url_body(url: str) -> bytes:
 
 
 class ListingError(Exception):
-    """A page could not be listed. `retryable`: another attempt may succeed."""
+    """A page could not be listed. `retryable`: another attempt may succeed; `usage`: only
+    the user can fix it."""
 
-    def __init__(self, message: str, retryable: bool, retry_after_s: float | None = None):
+    def __init__(self, message: str, retryable: bool, retry_after_s: float | None = None,
+                 usage: bool = False):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
+        # The user must change something (credentials, bucket, trust): the run stops with
+        # exit status 2, and rerunning the same command would not help.
+        self.usage = usage
 
 
 class Source(Protocol):

@@ -1,0 +1,98 @@
+"""The s3:// flags `get` and `ls` share, and `bulkfetch ls s3://BUCKET[/PREFIX]`: the bucket
+listed in parallel key ranges (engine/range_lister.py), one name a line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+S3_FLAGS = ("endpoint_url", "region", "profile", "no_sign_request", "addressing_style",
+            "include", "exclude", "list_concurrency")
+
+_OPTIONS = [
+    click.option("--endpoint-url", default=None, metavar="URL",
+                 help="s3://: the store's endpoint, e.g. http://127.0.0.1:8333 [default: "
+                      "AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url, "
+                      "else AWS: https://s3.REGION.amazonaws.com]."),
+    click.option("--region", default=None,
+                 help="s3://: the region requests are signed for [default: AWS_REGION, "
+                      "AWS_DEFAULT_REGION, the profile's region, else us-east-1]."),
+    click.option("--profile", default=None,
+                 help="s3://: take credentials, region and endpoint from this profile of "
+                      "~/.aws/credentials and ~/.aws/config [default: AWS_ACCESS_KEY_ID/"
+                      "AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, else AWS_PROFILE or "
+                      "'default']."),
+    click.option("--no-sign-request", is_flag=True,
+                 help="s3://: send unsigned requests (a public bucket); no credentials read."),
+    click.option("--addressing-style", type=click.Choice(["auto", "path", "virtual"]),
+                 default="auto", show_default=True,
+                 help="s3://: path (ENDPOINT/BUCKET/KEY) or virtual-hosted "
+                      "(BUCKET.ENDPOINT/KEY); auto: virtual-hosted on AWS for names that "
+                      "allow it, path elsewhere."),
+    click.option("--include", multiple=True, metavar="GLOB",
+                 help="s3://: take only names (keys under the prefix) matching a glob; "
+                      "repeatable; '*' also matches '/'."),
+    click.option("--exclude", multiple=True, metavar="GLOB",
+                 help="s3://: skip names matching a glob (wins over --include); repeatable."),
+    click.option("--list-concurrency", type=click.IntRange(min=1), default=32,
+                 show_default=True,
+                 help="s3://: listing requests in flight. The key space is split into "
+                      "ranges listed at once (split again where one turns out long); a "
+                      "`get` journals each range, so a rerun lists only what is left."),
+]
+
+
+def s3_options(function: F) -> F:
+    """The s3:// flags, as click options of `function` (in --help in this order)."""
+    for option in reversed(_OPTIONS):
+        function = option(function)
+    return function
+
+
+def list_bucket(url: str, long_format: bool, flags: dict[str, Any],
+                shown: Callable[[str], str]) -> None:
+    """Print the names under s3://BUCKET/PREFIX, in the order their ranges come back (use
+    `sort` for key order); with `long_format`, size TAB name."""
+    from bulkfetch.config import RetryPolicy, S3Options, Timeouts
+    from bulkfetch.engine.lister import ListingFailed, ListingFinished
+    from bulkfetch.engine.range_lister import RangeLister
+    from bulkfetch.errors import UsageError
+    from bulkfetch.sources.s3 import S3Source
+
+    try:
+        options = S3Options(flags["endpoint_url"], flags["region"], flags["profile"],
+                            flags["no_sign_request"], flags["addressing_style"],
+                            tuple(flags["include"]), tuple(flags["exclude"]),
+                            flags["list_concurrency"])
+        source = S3Source(url, options, Timeouts())
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    lister = RangeLister(source, RetryPolicy(), [], [], 0, True, ahead=256,
+                         concurrency=options.list_concurrency)
+    lister.start()
+    out = click.get_text_stream("stdout")
+    listed = 0
+    try:
+        while True:
+            event = lister.out.get()
+            if isinstance(event, ListingFinished):
+                break
+            if isinstance(event, ListingFailed):
+                click.echo(f"bulkfetch: {event.message}", err=True)
+                raise SystemExit(2 if event.usage else 1)
+            page = event.page
+            names = [shown(item.partition("\0")[0]) for item in page.items]
+            if long_format and page.sizes is not None:
+                out.writelines(f"{size}\t{name}\n"
+                               for size, name in zip(page.sizes, names, strict=True))
+            else:
+                out.writelines(name + "\n" for name in names)
+            listed += len(names)
+        out.flush()
+    finally:
+        lister.stop()
+

@@ -1,0 +1,270 @@
+"""The lister of a source that lists key ranges (an S3 bucket): many ranges at once, each one
+page after another, split when they turn out long (ranges.py), with at most
+`--list-concurrency` requests in flight. Pages come out in the order they are listed, each
+with a token that lists it again; the coordinator journals them as the sequential lister's.
+
+Threads, not a multi loop: a listing request is one round trip of up to 1,000 keys, and
+libcurl lets the GIL go while it waits. The lister's own thread owns every decision (which
+range next, where to split, what is sent); request threads only list.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import random
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bulkfetch.config import RetryPolicy
+from bulkfetch.engine import carry, ranges
+from bulkfetch.engine.lister import Listed, ListerEvent, ListingFailed, ListingFinished
+from bulkfetch.engine.ranges import KeyRange
+from bulkfetch.sources.base import ListedPage, ListingError
+
+
+@dataclass(frozen=True, slots=True)
+class RangePage:
+    items: tuple[str, ...]  # what to fetch: the keys of the range, as items
+    keys: tuple[str, ...]  # every key the store listed in the range (for split points)
+    more: bool  # the range goes on after keys[-1]
+    sizes: tuple[int, ...] | None = None  # the items' sizes, when the store lists them
+
+
+class RangeSource(Protocol):
+    def list_range(self, span: KeyRange) -> RangePage:
+        """One attempt at the first page of `span`. Raises ListingError."""
+        ...
+
+    def clone(self) -> RangeSource:
+        """A copy for another thread (its own connection)."""
+        ...
+
+
+@dataclass(slots=True)
+class _Range:
+    span: KeyRange
+    carried: tuple[str, ...] = ()  # items carried in from this range's previous page
+    first: bool = True  # its first page not listed yet: split it when it comes back long
+    held: Listed | None = None  # listed, not sent: its last sample may go on (carry)
+    attempt: int = 1
+
+
+@dataclass(slots=True)
+class _Done:
+    work: _Range
+    page: RangePage | None = None
+    error: ListingError | None = None
+    unexpected: BaseException | None = None
+    replay: tuple[int, str, str | None] | None = None  # a journaled page listed again
+
+
+@dataclass(slots=True)
+class _State:
+    seq: int
+    open: list[_Range] = field(default_factory=list)  # ready for a request
+    busy: int = 0  # requests in flight
+
+
+class RangeLister(threading.Thread):
+    def __init__(self, source: RangeSource, policy: RetryPolicy,
+                 replay: list[tuple[int, str | None, str | None]],
+                 journaled: Sequence[tuple[str, str | None]], start_seq: int,
+                 list_more: bool, ahead: int, concurrency: int,
+                 key_of: Callable[[str], str] | None = None) -> None:
+        super().__init__(name="bulkfetch-range-lister", daemon=True)
+        self.source = source
+        self.policy = policy
+        self.replay = replay
+        self.journaled = journaled  # (token, next token) of every journaled page
+        self.start_seq = start_seq
+        self.list_more = list_more
+        self.concurrency = max(1, concurrency)
+        self.key_of = key_of
+        self.out: queue.Queue[ListerEvent] = queue.Queue(maxsize=max(1, ahead))
+        self.stopping = threading.Event()
+        self.rng = random.Random()
+        self.requests: queue.Queue[tuple[_Range, tuple[int, str, str | None] | None] | None] \
+            = queue.Queue()
+        self.answers: queue.Queue[_Done] = queue.Queue()
+        self.threads: list[threading.Thread] = []
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _put(self, event: ListerEvent) -> bool:
+        while not self.stopping.is_set():
+            try:
+                self.out.put(event, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    # -- request threads ---------------------------------------------------------------
+    def _serve(self, source: RangeSource) -> None:
+        while not self.stopping.is_set():
+            try:
+                request = self.requests.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if request is None:
+                return
+            work, replay = request
+            try:
+                self.answers.put(_Done(work, page=source.list_range(work.span), replay=replay))
+            except ListingError as exc:
+                self.answers.put(_Done(work, error=exc, replay=replay))
+            except Exception as exc:  # a bug or an unexpected answer: the lister says so
+                self.answers.put(_Done(work, unexpected=exc, replay=replay))
+
+    def _ask(self, state: _State, work: _Range,
+             replay: tuple[int, str, str | None] | None = None) -> None:
+        state.busy += 1
+        self.requests.put((work, replay))
+
+    # -- the lister's thread -----------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:
+            self._put(ListingFailed(f"the listing stopped on an unexpected error: "
+                                    f"{type(exc).__name__}: {exc}"))
+        finally:
+            for _ in self.threads:
+                self.requests.put(None)
+
+    def _run(self) -> None:
+        for number in range(self.concurrency):
+            source = self.source if number == 0 else self.source.clone()
+            thread = threading.Thread(target=self._serve, args=(source,), daemon=True,
+                                      name=f"bulkfetch-list-{number}")
+            thread.start()
+            self.threads.append(thread)
+        state = _State(self.start_seq)
+        # Journaled pages not done: listed again by their tokens, all at once.
+        for seq, token, next_token in self.replay:
+            assert token is not None
+            range_token, carried = carry.decode(token)
+            span, _ = ranges.parse(range_token)
+            self._ask(state, _Range(span, carried, first=False), (seq, token, next_token))
+        if self.list_more:
+            covered = ranges.covered_by((carry.decode(t)[0], carry.decode(n)[0])
+                                        for t, n in self.journaled)
+            carried_at = self._carried_into_gaps()
+            for span in ranges.gaps(covered):
+                state.open.append(_Range(span, carried_at.get(span.after, ())))
+        while not self.stopping.is_set():
+            while state.open and state.busy < self.concurrency:
+                self._ask(state, state.open.pop())
+            if state.busy == 0:  # every range listed to its end (and every replay sent)
+                self._put(ListingFinished())
+                return
+            try:
+                done = self.answers.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            state.busy -= 1
+            if not self._take(state, done):
+                return
+
+    def _carried_into_gaps(self) -> dict[str | None, tuple[str, ...]]:
+        """Items a journaled page carried out into the next page of its range, by where
+        that next page starts."""
+        found: dict[str | None, tuple[str, ...]] = {}
+        for _, next_token in self.journaled:
+            range_token, carried = carry.decode(next_token)
+            if carried and range_token is not None:
+                span, ended = ranges.parse(range_token)
+                if not ended:
+                    found[span.after] = carried
+        return found
+
+    def _take(self, state: _State, done: _Done) -> bool:
+        """Act on one answer; False when the listing ends here (failed or stopping)."""
+        work = done.work
+        if done.unexpected is not None:
+            raise done.unexpected
+        if done.error is not None:
+            exc = done.error
+            if not exc.retryable or work.attempt > self.policy.retries:
+                tries = f" after {work.attempt} attempts" if work.attempt > 1 else ""
+                self._put(ListingFailed(f"{exc}{tries}", usage=exc.usage))
+                return False
+            delay = self.policy.delay(work.attempt, exc.retry_after_s, self.rng)
+            work.attempt += 1
+            timer = threading.Timer(delay, self._retry, args=(work, done.replay))
+            timer.daemon = True
+            state.busy += 1  # still out, on a timer
+            timer.start()
+            return True
+        work.attempt = 1
+        page = done.page
+        assert page is not None
+        if done.replay is not None:
+            return self._send_replay(done.replay, page)
+        return self._advance(state, work, page)
+
+    def _retry(self, work: _Range, replay: tuple[int, str, str | None] | None) -> None:
+        if not self.stopping.is_set():
+            self.requests.put((work, replay))
+
+    def _send_replay(self, journaled: tuple[int, str, str | None], page: RangePage) -> bool:
+        seq, token, next_token = journaled
+        items = carry.decode(token)[1] + page.items
+        carried_out = len(carry.decode(next_token)[1])
+        if carried_out:
+            items = items[:len(items) - carried_out]
+        return self._put(Listed(seq, token, ListedPage(items, next_token), replay=True))
+
+    def _advance(self, state: _State, work: _Range, page: RangePage) -> bool:
+        span = work.span
+        if work.first and page.more:
+            cuts = ranges.split_points(page.keys, span)
+            bounds = [span.after, *cuts, span.upto]
+            # this range keeps its start up to the first cut; the others start fresh
+            span = KeyRange(span.after, bounds[1])
+            for after, upto in itertools.pairwise(bounds[1:]):
+                state.open.append(_Range(KeyRange(after, upto)))
+        work.first = False
+        more = page.more and (span.upto is None or page.keys[-1] < span.upto)
+        token = carry.encode(ranges.token(span), work.carried)
+        following = (KeyRange(page.keys[-1], span.upto) if more else span)
+        next_range_token = ranges.token(following) if more else ranges.end_token(span)
+        listed = Listed(state.seq, token, ListedPage(
+            work.carried + page.items, next_range_token,
+            sizes=None if work.carried or self.key_of else page.sizes))
+        state.seq += 1
+        work.span, work.carried = following, ()
+        if self.key_of is not None:
+            if not self._send_holding(work, listed, last=not more):
+                return False
+        elif not self._put(listed):
+            return False
+        if more:
+            state.open.append(work)
+        return True
+
+    def _send_holding(self, work: _Range, listed: Listed, last: bool) -> bool:
+        """Send the range's held page once this one shows where its last sample ends;
+        hold this one (or send it too, when it ends the range: nothing goes on)."""
+        assert self.key_of is not None
+        if work.held is not None:
+            held = work.held.page
+            items = listed.page.items
+            at = carry.cut(held.items, items[0] if items else None, self.key_of)
+            moved = held.items[at:]
+            out = Listed(work.held.seq, work.held.token,
+                         ListedPage(held.items[:at], carry.encode(held.next_token, moved)))
+            if not self._put(out):
+                return False
+            if moved:
+                listed = Listed(listed.seq, carry.encode(carry.decode(listed.token)[0], moved),
+                                ListedPage(moved + items, listed.page.next_token))
+            work.held = None
+        if last:
+            return self._put(listed)
+        work.held = listed
+        return True

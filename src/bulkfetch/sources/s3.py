@@ -1,0 +1,281 @@
+"""`bulkfetch get s3://BUCKET[/PREFIX] DEST`: the keys under PREFIX, listed with
+ListObjectsV2, fetched with GetObject; requests signed with SigV4 by libcurl.
+
+PREFIX names a directory, as `aws s3 cp --recursive` and rclone read it: s3://b/photos lists
+the keys under "photos/" and names each file by the rest of its key. A page's token is the
+last key of the page before it (ListObjectsV2's `start-after`), not the server's opaque
+continuation token: a journaled page is listed again exactly, by any server, at any later
+time. Keys come URL-encoded (`encoding-type=url`), so a key XML cannot carry (control
+characters) still arrives whole and is refused by the name check like any unsafe name.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import fnmatch
+import io
+import itertools
+import re
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from urllib.parse import quote, unquote_plus
+
+import pycurl
+
+from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, S3Options, Timeouts
+from bulkfetch.engine.curl import header_value, new_handle, retry_after_seconds, retryable_status
+from bulkfetch.engine.range_lister import RangePage
+from bulkfetch.engine.ranges import KeyRange
+from bulkfetch.names import all_plain
+from bulkfetch.s3.settings import S3Settings, parse_s3_url, resolve_settings
+from bulkfetch.sources.base import ListedPage, ListingError
+
+KEYS_PER_PAGE = 1000  # ListObjectsV2's most
+# S3 error codes after which another attempt may succeed, whatever the status says.
+_RETRYABLE_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
+                    "RequestTimeTooSkewed", "OperationAborted"}
+# Codes that are the user's to fix: the run stops at once (exit 2), with what to do.
+_USAGE_CODES = {
+    "SignatureDoesNotMatch": "the signature does not match: the secret key is wrong for this "
+                             "access key (or the endpoint or region is not the store's)",
+    "InvalidAccessKeyId": "the store does not know this access key",
+    "AccessDenied": "access denied: these credentials may not list the bucket (a public "
+                    "bucket needs --no-sign-request)",
+    "AllAccessDisabled": "all access to this bucket is disabled",
+    "NoSuchBucket": "no such bucket",
+    "InvalidBucketName": "not a valid bucket name",
+    "AuthorizationHeaderMalformed": "the store refused the authorization header (the region "
+                                    "may be wrong: try --region)",
+    "PermanentRedirect": "the bucket is in another region or at another endpoint (try "
+                         "--region or --endpoint-url)",
+    "ExpiredToken": "the session token has expired",
+    "InvalidToken": "the session token is not valid",
+}
+_REFUSED = "\0\0"  # an item "name NUL NUL reason": a key resolve() refuses, with why
+
+
+class S3ListingRefused(ListingError):
+    """The store refused the listing for a reason the user must fix (exit 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False, usage=True)
+
+
+def key_filter(include: Sequence[str], exclude: Sequence[str]) -> Callable[[str], bool] | None:
+    """A name is taken when it matches an --include (or none is given) and no --exclude.
+    Globs are fnmatch's, matched against the whole name: `*` also crosses '/'."""
+    if not include and not exclude:
+        return None
+
+    def compiled(patterns: Sequence[str]) -> Callable[[str], object] | None:
+        if not patterns:
+            return None
+        return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
+
+    wanted, unwanted = compiled(include), compiled(exclude)
+    return lambda name: ((wanted is None or wanted(name) is not None)
+                         and (unwanted is None or unwanted(name) is None))
+
+
+def _local(tag: str) -> str:
+    return tag.rpartition("}")[2]
+
+
+def _error_fields(body: bytes) -> tuple[str, str]:
+    """(Code, Message) of an S3 error body; ("", "") when it is not one."""
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError:
+        return "", ""
+    found = {_local(child.tag): (child.text or "") for child in root}
+    return found.get("Code", ""), found.get("Message", "")
+
+
+class S3Source:
+    def __init__(self, url: str, options: S3Options, timeouts: Timeouts,
+                 max_page_size: int = DEFAULT_MAX_PAGE_SIZE,
+                 settings: S3Settings | None = None) -> None:
+        self.url = url
+        self.bucket, prefix = parse_s3_url(url)
+        self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+        self.settings = settings or resolve_settings(
+            endpoint_url=options.endpoint_url, region=options.region, profile=options.profile,
+            no_sign_request=options.no_sign_request, addressing=options.addressing)
+        self.timeouts = timeouts
+        self.max_page_size = max_page_size
+        self.taken = key_filter(options.include, options.exclude)
+        self._handle: pycurl.Curl | None = None
+        self._list_base = self.settings.bucket_url(self.bucket)
+        # object_url(bucket, prefix + name) == this + name for a plain name (no quoting)
+        self._object_base = self.settings.object_url(self.bucket, self.prefix + "x")[:-1]
+        self._url_format = self._object_base.replace("%", "%%") + "%s"
+
+    def describe(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix} ({self.settings.describe()})"
+
+    def curl_options(self) -> list[tuple[int, Any]]:
+        """Options every request of this source needs, set once per handle: SigV4 signing
+        by libcurl and the headers S3 wants with it."""
+        found: list[tuple[int, Any]] = []
+        sigv4, userpwd = self.settings.sigv4(), self.settings.userpwd()
+        if sigv4 is not None and userpwd is not None:
+            found += [(pycurl.AWS_SIGV4, sigv4), (pycurl.USERPWD, userpwd)]
+        headers = self.settings.headers()
+        if headers:
+            found.append((pycurl.HTTPHEADER, headers))
+        return found
+
+    # -- items -------------------------------------------------------------------------
+    def resolve(self, item: str) -> tuple[str, str]:
+        name, refused, reason = item.partition(_REFUSED)
+        if refused:
+            raise ValueError(reason)
+        return name, self.settings.object_url(self.bucket, self.prefix + name)
+
+    def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
+        if not all_plain(items):
+            return None
+        return map(self._url_format.__mod__, items)
+
+    # -- listing -----------------------------------------------------------------------
+    def list_url(self, after: str | None) -> str:
+        query = [("encoding-type", "url"), ("list-type", "2"),
+                 ("max-keys", str(KEYS_PER_PAGE)), ("prefix", self.prefix)]
+        if after is not None:
+            query.append(("start-after", after))
+        # a token from an undecodable key holds surrogates: its bytes go back as they came
+        return self._list_base + "?" + "&".join(
+            f"{name}={quote(value.encode('utf-8', 'surrogateescape'), safe='-_.~')}"
+            for name, value in query)
+
+    def list_page(self, token: str | None) -> ListedPage:
+        """The Source protocol's sequential listing: the token is the last key listed."""
+        page = self.list_range(KeyRange(token, None))
+        return ListedPage(page.items, page.keys[-1] if page.more else None)
+
+    def list_range(self, span: KeyRange) -> RangePage:
+        """The first page of the keys in `span` (full keys: the prefix included)."""
+        url = self.list_url(span.after)
+        status, headers, body = self._get(url)
+        where = f"listing s3://{self.bucket}/{self.prefix}"
+        if status != 200:
+            code, message = _error_fields(body)
+            if code in _USAGE_CODES and code not in _RETRYABLE_CODES:
+                detail = f" ({message})" if message and message != code else ""
+                raise S3ListingRefused(f"{where}: HTTP {status} {code}: {_USAGE_CODES[code]}"
+                                       f"{detail}")
+            retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
+            named = f" {code}" if code else ""
+            raise ListingError(f"{where}: HTTP {status}{named}",
+                               retryable_status(status) or code in _RETRYABLE_CODES,
+                               retry_after)
+        keys, sizes, truncated = self._keys(body, where)
+        if span.after is not None and keys and keys[0] <= span.after:
+            raise ListingError(f"{where}: asked for keys after {span.after!r}, the store "
+                               f"listed {keys[0]!r}", retryable=False)
+        more = truncated
+        if span.upto is not None and keys and keys[-1] > span.upto:
+            keys = keys[:bisect.bisect_right(keys, span.upto)]
+            more = False
+        items, item_sizes = self._items(keys, sizes, where)
+        return RangePage(items, tuple(keys), more, item_sizes)
+
+    def clone(self) -> S3Source:
+        twin = copy.copy(self)
+        twin._handle = None
+        return twin
+
+    def _keys(self, body: bytes, where: str) -> tuple[list[str], list[int], bool]:
+        """The keys of a ListObjectsV2 answer (decoded), their sizes, and whether more
+        follow."""
+        try:
+            root = ElementTree.fromstring(body)
+        except ElementTree.ParseError as exc:
+            raise ListingError(f"{where}: malformed XML ({exc})", retryable=True) from None
+        if _local(root.tag) != "ListBucketResult":
+            raise ListingError(f"{where}: not a ListBucketResult but {_local(root.tag)!r}",
+                               retryable=False)
+        encoded = truncated = False
+        raw: list[str] = []
+        sizes: list[int] = []
+        for child in root:
+            tag = _local(child.tag)
+            if tag == "Contents":
+                key, size = None, -1
+                for field in child:
+                    name = _local(field.tag)
+                    if name == "Key":
+                        key = field.text or ""
+                    elif name == "Size" and (field.text or "").isdigit():
+                        size = int(field.text or "")
+                if key is None:
+                    raise ListingError(f"{where}: an object without a Key", retryable=False)
+                raw.append(key)
+                sizes.append(size)
+            elif tag == "IsTruncated":
+                truncated = (child.text or "").strip() == "true"
+            elif tag == "EncodingType":
+                encoded = (child.text or "").strip() == "url"
+        if truncated and not raw:
+            raise ListingError(f"{where}: the store says more keys follow but listed none",
+                               retryable=False)
+        # An undecodable key keeps its bytes as surrogates: resolve() refuses it
+        keys = [unquote_plus(key, errors="surrogateescape") for key in raw] if encoded else raw
+        if any(a >= b for a, b in itertools.pairwise(keys)):
+            raise ListingError(f"{where}: the store listed keys out of order",
+                               retryable=False)
+        return keys, sizes, truncated
+
+    def _items(self, keys: list[str], sizes: list[int], where: str
+               ) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The items to fetch (names under the prefix, refused ones marked) and their
+        sizes (-1: not listed)."""
+        items: list[str] = []
+        item_sizes: list[int] = []
+        prefix, skip, taken = self.prefix, len(self.prefix), self.taken
+        for key, size in zip(keys, sizes, strict=False):
+            if not key.startswith(prefix):
+                raise ListingError(f"{where}: the store listed {key!r}, which is not under "
+                                   "the prefix asked for", retryable=False)
+            name = key[skip:]
+            if not name or name.endswith("/"):  # a "directory" marker object
+                continue
+            if taken is not None and not taken(name):
+                continue
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                items.append(f"{name.encode('utf-8', 'surrogateescape').decode('utf-8', 'replace')}"
+                             f"{_REFUSED}its key is not UTF-8")
+            else:
+                items.append(name)
+            item_sizes.append(size)
+        return tuple(items), tuple(item_sizes)
+
+    def _get(self, url: str) -> tuple[int, list[bytes], bytes]:
+        if self._handle is None:
+            self._handle = new_handle(self.timeouts)
+            self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
+            for option, value in self.curl_options():
+                self._handle.setopt(option, value)
+        handle = self._handle
+        body, headers = io.BytesIO(), []
+        handle.setopt(pycurl.URL, url)
+        handle.setopt(pycurl.WRITEDATA, body)
+        handle.setopt(pycurl.HEADERFUNCTION, headers.append)
+        try:
+            handle.perform()
+        except pycurl.error as exc:
+            code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
+            where = f"listing s3://{self.bucket}/{self.prefix}"
+            if code == pycurl.E_FILESIZE_EXCEEDED:
+                raise ListingError(f"{where}: a list page larger than "
+                                   f"{self.max_page_size:,} bytes (raise --max-page-size if "
+                                   "you trust the store)", retryable=False) from None
+            raise ListingError(f"{where}: {message} (curl error {code})",
+                               retryable=True) from None
+        status = int(handle.getinfo(pycurl.RESPONSE_CODE))
+        starts = [i for i, line in enumerate(headers) if line.startswith(b"HTTP/")]
+        return status, headers[starts[-1] if starts else 0 :], body.getvalue()
