@@ -73,6 +73,7 @@ class Tick:
     largest: tuple[InFlight, ...] = ()  # the worker's largest big files in flight
     ranged_restarts: int = 0  # files split into ranges that started over as one stream
     size_only: int = 0  # files split into ranges with no whole-file digest stated
+    checked: tuple[int, int, int] = (0, 0, 0)  # stored by an MD5, another digest, size alone
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,12 @@ class Report:
     # stream, and how many were checked by size alone (no whole-file digest was stated).
     ranged_restarts: int = 0
     ranged_size_only: int = 0
+    # This run's stored files by how each was checked: an MD5 the server stated (ETag,
+    # Content-MD5), another digest it stated (S3's stored checksum, Repr-Digest), or the
+    # length alone (the server stated no digest, or --no-verify).
+    checked_md5: int = 0
+    checked_digest: int = 0
+    checked_size: int = 0
     duration_s: float = 0.0
     listing_complete: bool = False
     interrupted: bool = False

@@ -148,10 +148,15 @@ def summary_table(report: Report) -> Table:
         table.add_row("ranges", Text(f"{report.ranged_restarts:,} split files started over as "
                                      "one stream (the server's ranges could not be trusted)",
                                      style="yellow"))
+    ways = [(report.checked_md5, "by MD5"), (report.checked_digest, "by checksum"),
+            (report.checked_size, "by size only")]
+    if any(count for count, _ in ways):
+        table.add_row("checked", Text(" · ".join(f"{count:,} {way}" for count, way in ways
+                                                  if count)))
     if report.ranged_size_only:
-        table.add_row("checked", Text(f"{report.ranged_size_only:,} split files by size only: "
-                                      "the server stated no digest of the whole file",
-                                      style="yellow"))
+        table.add_row("", Text(f"{report.ranged_size_only:,} split files by size only: "
+                               "the server stated no digest of the whole file",
+                               style="yellow"))
     if report.error is not None:
         table.add_row("error", Text(safe_text(report.error), style="red"))
     return table
@@ -236,6 +241,8 @@ def report_dict(report: Report) -> dict[str, object]:
         "retries": report.retries,
         "ranged_restarts": report.ranged_restarts,
         "ranged_size_only": report.ranged_size_only,
+        "checked": {"md5": report.checked_md5, "digest": report.checked_digest,
+                    "size_only": report.checked_size},
         "pages": report.pages,
         "duration_s": _finite(report.duration_s),
         "files_per_s": _finite(report.files_per_s, 1),

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import zlib
 
 import pytest
 
-from bulkfetch.engine.digests import final_headers, final_status, stated_digests, strongest
+from bulkfetch.engine.digests import (
+    final_headers,
+    final_status,
+    new_hasher,
+    stated_digests,
+    strongest,
+)
 from bulkfetch.engine.spooling import SpooledBody
 from bulkfetch.sinks.spool import NullSpool
 
@@ -115,3 +122,45 @@ def test_a_status_other_than_200_stops_the_body_before_it_is_written() -> None:
                        lines=lines(status="HTTP/1.1 503 Service Unavailable"))
     assert body.write(b"error page") == 0
     assert (body.status, spool.chunks, body.size) == (503, 0, 0)
+
+
+MULTIPART_ETAG = 'ETag: "' + "9" * 32 + '-3"'  # an object uploaded in 3 parts: no MD5
+
+
+def _crc64nvme(data: bytes) -> bytes:
+    checksums = pytest.importorskip("awscrt.checksums")
+    return checksums.crc64nvme(data).to_bytes(8, "big")
+
+
+@pytest.mark.parametrize("algorithm, digest", [
+    ("crc32", lambda d: zlib.crc32(d).to_bytes(4, "big")),
+    ("sha256", lambda d: hashlib.sha256(d).digest()),
+    ("crc64nvme", _crc64nvme),
+])
+def test_an_s3_full_object_checksum_checks_a_multipart_object(algorithm, digest) -> None:
+    headers = [MULTIPART_ETAG, f"x-amz-checksum-{algorithm}: {b64(digest(BODY))}",
+               "x-amz-checksum-type: FULL_OBJECT"]
+    assert stated_digests(final_headers(lines(*headers))) == {algorithm: digest(BODY)}
+    right = spooled(lines(*headers))
+    feed(right, BODY)
+    assert right.mismatch(len(BODY), verify=True) is None
+    corrupt = spooled(lines(*headers))
+    feed(corrupt, BODY[:-1] + b"!")
+    assert algorithm.upper() in (corrupt.mismatch(len(BODY), verify=True) or "")
+
+
+def test_a_composite_s3_checksum_is_not_taken_for_the_bodys() -> None:
+    # a checksum of the parts' checksums: the body alone cannot be checked against it
+    for headers in ([f"x-amz-checksum-crc32: {b64(b'abcd')}-3",
+                     "x-amz-checksum-type: COMPOSITE"],
+                    [f"x-amz-checksum-crc32: {b64(b'abcd')}", "x-amz-checksum-type: COMPOSITE"],
+                    [f"x-amz-checksum-sha256: {b64(b'x' * 32)}-2"]):
+        assert stated_digests(final_headers(lines(MULTIPART_ETAG, *headers))) == {}
+
+
+def test_new_hasher_has_hashlibs_face() -> None:
+    crc = new_hasher("crc32")
+    crc.update(BODY[:10])
+    crc.update(BODY[10:])
+    assert crc.name == "crc32" and crc.digest() == zlib.crc32(BODY).to_bytes(4, "big")
+    assert new_hasher("sha256").name == "sha256"

@@ -26,6 +26,7 @@ from bulkfetch.engine.curl import (
     retry_after_seconds,
     retryable_status,
 )
+from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.models import InFlight
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
@@ -269,15 +270,18 @@ class BigFiles:
             body.spool.discard()
             fetcher._retry_or_fail(transfer, reason, retryable, body.retry_after, big=True)
             return
-        self._store(transfer, body.spool, body.size, body.md5.hexdigest())
+        way = checked_way(body.stated) if fetcher.verify else BY_SIZE
+        self._store(transfer, body.spool, body.size, body.md5.hexdigest(), way)
 
-    def _store(self, transfer: tuple[Any, ...], spool: Any, size: int, md5: str) -> None:
+    def _store(self, transfer: tuple[Any, ...], spool: Any, size: int, md5: str,
+               way: int) -> None:
         state, name = transfer[0], transfer[1]
         try:
             self.fetcher.sink.store_spool(state.page.seq, name, spool, size, md5)
         except SinkFailure as exc:
             self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2])
             return
+        self.fetcher.checked[way] += 1
         self.fetcher._stored(state, size)
 
     def _part_completed(self, transfer: tuple[Any, ...], part: Part,
@@ -359,7 +363,8 @@ class BigFiles:
                 self.size_only += 1
             resume.remove(ranged.spool.dir_fd, ranged.spool.name)
             self._store(ranged.transfer, ranged.spool, ranged.plan.total,
-                        ranged.md5.hexdigest())
+                        ranged.md5.hexdigest(),
+                        checked_way(ranged.plan.stated) if self.fetcher.verify else BY_SIZE)
 
     def _checkpoint(self, ranged: RangedFile, durable: bool, now: bool = False) -> None:
         """Record the bytes written so far, on the hashing thread (behind its hash jobs)

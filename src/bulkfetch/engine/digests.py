@@ -1,5 +1,7 @@
-"""The digests a server states for a body: an MD5 ETag or Content-MD5, and RFC 9530's
-Repr-Digest (or the older RFC 3230 Digest) with sha-256, sha-512 or md5.
+"""The digests a server states for a body: an MD5 ETag or Content-MD5, RFC 9530's
+Repr-Digest (or the older RFC 3230 Digest) with sha-256, sha-512 or md5, and S3's stored
+checksum of the whole object (x-amz-checksum-*, asked for with x-amz-checksum-mode), which
+is how an object uploaded in parts, whose ETag is no MD5, is checked.
 
 Only the headers of the final response count: with redirects followed, the raw header
 lines hold every response's headers one after the other.
@@ -14,7 +16,11 @@ from typing import Any
 
 # Algorithms we check, by their names in Repr-Digest / Digest, as hashlib names.
 _ALGORITHMS = {"sha-256": "sha256", "sha-512": "sha512", "md5": "md5"}
-_STRENGTH = {"md5": 0, "sha256": 1, "sha512": 2}
+_STRENGTH = {"md5": 0, "crc32": 1, "crc32c": 2, "crc64nvme": 3, "sha1": 4, "sha256": 5,
+             "sha512": 6}
+# S3's checksum headers; a value ending in "-N" is a checksum of the N parts' checksums
+# (COMPOSITE), which the body alone cannot be checked against.
+_S3_CHECKSUMS = ("crc64nvme", "crc32c", "crc32", "sha256", "sha1")
 _REPR_MEMBER = re.compile(r"\s*([A-Za-z0-9_.*-]+)\s*=\s*:([A-Za-z0-9+/=]*):\s*(?:;[^,]*)?")
 _LEGACY_MEMBER = re.compile(r"\s*([A-Za-z0-9_.*-]+)\s*=\s*([A-Za-z0-9+/=]+)\s*")
 
@@ -69,6 +75,12 @@ def stated_digests(headers: dict[str, str]) -> dict[str, bytes]:
         algorithm, raw = _ALGORITHMS.get(member[1].lower()), _b64(member[2])
         if algorithm and raw is not None:
             found.setdefault(algorithm, raw)
+    if headers.get("x-amz-checksum-type", "FULL_OBJECT").upper() == "FULL_OBJECT":
+        for algorithm in _S3_CHECKSUMS:
+            value = headers.get(f"x-amz-checksum-{algorithm}", "")
+            raw = _b64(value) if value and "-" not in value else None
+            if raw is not None and new_hasher(algorithm) is not None:
+                found.setdefault(algorithm, raw)
     if "md5" not in found:
         content_md5 = headers.get("content-md5")
         raw = _b64(content_md5) if content_md5 else None
@@ -86,6 +98,18 @@ def stated_digests(headers: dict[str, str]) -> dict[str, bytes]:
     return {name: raw for name, raw in found.items() if raw}
 
 
+# How a stored body was checked (Fetcher.checked): an MD5 the server stated, another digest
+# it stated (S3's x-amz-checksum-*, Repr-Digest), or its length alone.
+BY_MD5, BY_DIGEST, BY_SIZE = 0, 1, 2
+
+
+def checked_way(stated: dict[str, bytes]) -> int:
+    """How a big body whose server stated `stated` (digests.stated_digests) was checked."""
+    if any(name != "md5" for name in stated):
+        return BY_DIGEST
+    return BY_MD5 if stated else BY_SIZE
+
+
 def mismatch(stated: dict[str, bytes], md5: Any, other: Any, what: str) -> str | None:
     """Why `what` (hashed into the hashlib objects `md5` and `other`, the latter for
     strongest(stated) or None) is not what the server stated, or None."""
@@ -93,8 +117,41 @@ def mismatch(stated: dict[str, bytes], md5: Any, other: Any, what: str) -> str |
     if expected is not None and expected != md5.digest():
         return f"MD5 of {what} does not match the server's ETag/Content-MD5/Repr-Digest"
     if other is not None and other.digest() != stated.get(other.name):
-        return f"{other.name.upper()} of {what} does not match the server's Repr-Digest"
+        return (f"{other.name.upper()} of {what} does not match the server's "
+                f"{'checksum' if other.name.startswith('crc') else 'Repr-Digest'}")
     return None
+
+
+class _Crc:
+    """A CRC with hashlib's face (update, digest, name): zlib's CRC32, or awscrt's CRC32C
+    and CRC64NVME (C code; the `s3` extra)."""
+
+    def __init__(self, name: str, function: Any, size: int) -> None:
+        self.name, self._function, self._size, self._value = name, function, size, 0
+
+    def update(self, data: bytes) -> None:
+        self._value = self._function(data, self._value)
+
+    def digest(self) -> bytes:
+        return self._value.to_bytes(self._size, "big")
+
+
+def new_hasher(name: str) -> Any:
+    """A fresh hasher for a digest name of stated_digests(), or None when this machine
+    cannot compute it (awscrt missing for crc32c and crc64nvme)."""
+    if name == "crc32":
+        import zlib
+
+        return _Crc(name, zlib.crc32, 4)
+    if name in ("crc32c", "crc64nvme"):
+        try:
+            from awscrt import checksums
+        except ImportError:
+            return None
+        return _Crc(name, getattr(checksums, name), 4 if name == "crc32c" else 8)
+    import hashlib
+
+    return hashlib.new(name)
 
 
 def strongest(digests: dict[str, bytes]) -> tuple[str, bytes] | None:

@@ -28,6 +28,7 @@ from bulkfetch.engine.curl import (
     retry_after_seconds,
     retryable_status,
 )
+from bulkfetch.engine.digests import BY_MD5, BY_SIZE
 from bulkfetch.models import SHOWN_IN_FLIGHT, Failure, Page, PageReport, Tick, largest_first
 from bulkfetch.names import check_name
 from bulkfetch.sinks.base import Sink, SinkFailure, Writer
@@ -96,13 +97,7 @@ def stated_md5(lines: list[bytes]) -> str | None:
     return None
 
 
-def _mismatch(lines: list[bytes], digest: str) -> str | None:
-    """Why a body with MD5 `digest` fails the server's stated checksum, or None when the
-    server states none (or one that is not an MD5, such as a multipart S3 ETag)."""
-    expected = stated_md5(lines)
-    if expected is not None and expected != digest:
-        return "MD5 of the body does not match the server's ETag/Content-MD5"
-    return None
+_MD5_MISMATCH = "MD5 of the body does not match the server's ETag/Content-MD5"
 
 
 class Fetcher:
@@ -153,6 +148,7 @@ class Fetcher:
         self.pages_held = 0
         # Totals of finished pages; the pages in hand add theirs at tick time (not per file).
         self.files_ok = self.files_failed = self.bytes = self.retries = 0
+        self.checked = [0, 0, 0]  # stored bodies by how they were checked: BY_MD5 ...
         self.live: set[_PageState] = set()
 
     # -- feeding -------------------------------------------------------------------------
@@ -313,11 +309,17 @@ class Fetcher:
                 # The common case costs one list search for the exact header line: a strong
                 # ETag that is the body's MD5, which also proves the body whole (no
                 # Content-Length check needed). Any other spelling takes the full parse.
+                way = BY_MD5
                 if b'ETag: "' + digest.encode() + b'"\r\n' in lines:  # + beats %: 150 ns
                     reason = None
                 else:
-                    reason = self._short(handle, body) or _mismatch(lines, digest)
+                    expected = stated_md5(lines)
+                    if expected is None:  # nothing stated (a multipart S3 ETag, nginx's)
+                        way = BY_SIZE
+                    reason = self._short(handle, body) or (
+                        _MD5_MISMATCH if expected is not None and expected != digest else None)
             else:
+                way = BY_SIZE
                 reason = self._short(handle, body)
             chunks.clear()
             lines.clear()
@@ -329,6 +331,7 @@ class Fetcher:
                 except SinkFailure as exc:
                     self._fail(state, transfer[1], str(exc), transfer[3], transfer[2])
                     return
+                self.checked[way] += 1
                 state.bytes += len(body)
                 state.remaining -= 1
                 if state.remaining == 0:
@@ -415,7 +418,7 @@ class Fetcher:
         return Tick(self.worker, self.files_ok + sum(state.ok for state in live),
                     self.files_failed, self.bytes + sum(state.bytes for state in live),
                     self.retries, self.in_flight, partial, largest, self.big.restarts,
-                    self.big.size_only)
+                    self.big.size_only, tuple(self.checked))
 
     @property
     def in_flight(self) -> int:

@@ -34,6 +34,7 @@ from bulkfetch.engine.digests import (
     final_headers,
     final_status,
     mismatch,
+    new_hasher,
     stated_digests,
     strongest,
 )
@@ -107,7 +108,7 @@ class RangedFile:
     def __post_init__(self) -> None:
         other = strongest(self.plan.stated)
         if other is not None:
-            self.other = hashlib.new(other[0])
+            self.other = new_hasher(other[0])
         self.parts = [Part(self, start, end) for start, end in
                       piece_ranges(self.plan.total, self.connections)]
 

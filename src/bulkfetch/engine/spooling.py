@@ -20,6 +20,7 @@ from bulkfetch.engine.digests import (
     final_headers,
     final_status,
     mismatch,
+    new_hasher,
     stated_digests,
     strongest,
 )
@@ -77,7 +78,7 @@ class SpooledBody:
         self.stated = stated_digests(headers)
         other = strongest(self.stated)
         if other is not None:
-            self.other = hashlib.new(other[0])
+            self.other = new_hasher(other[0])
 
     def mismatch(self, announced: float, verify: bool) -> str | None:
         """Why the complete body is not the file the server meant, or None."""

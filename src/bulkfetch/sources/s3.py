@@ -122,9 +122,10 @@ class S3Source:
         sigv4, userpwd = self.settings.sigv4(), self.settings.userpwd()
         if sigv4 is not None and userpwd is not None:
             found += [(pycurl.AWS_SIGV4, sigv4), (pycurl.USERPWD, userpwd)]
-        headers = self.settings.headers()
-        if headers:
-            found.append((pycurl.HTTPHEADER, headers))
+        # The object's stored checksum comes back with it (x-amz-checksum-*): an object
+        # uploaded in parts has no MD5 ETag, and is checked by that (engine/digests.py).
+        found.append((pycurl.HTTPHEADER,
+                      [*self.settings.headers(), "x-amz-checksum-mode: ENABLED"]))
         return found
 
     # -- items -------------------------------------------------------------------------

@@ -1,0 +1,159 @@
+"""`bulkfetch get s3://BUCKET/PREFIX DEST` against real S3 servers on loopback: SeaweedFS (a
+real store that checks SigV4 signatures) and moto (broad S3 semantics), through the real CLI,
+checked with boto3 (an independent client) and the bytes on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from getkit import STATE
+from s3kit import moto, put_multipart, put_objects, s3_client, seaweed  # noqa: F401
+
+AWKWARD = ["a b+c=d%e~f.txt", "ünïcødé/файл.bin", "deep/" * 12 + "leaf.txt", "x&y<z>.txt",
+           "semi;colon,comma!.dat", "tilde~/under_score-dash.txt", "plus+/sp ace/q'uote"]
+
+
+def run(server, *args: str, env: dict[str, str] | None = None,
+        timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bulkfetch", "get", *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=env if env is not None else server.env())
+
+
+def stored(dest: Path) -> dict[str, bytes]:
+    found = {}
+    for root, dirs, names in os.walk(dest):
+        if Path(root) == dest:
+            dirs[:] = [d for d in dirs if d != STATE]
+        for name in names:
+            path = Path(root) / name
+            found[path.relative_to(dest).as_posix()] = path.read_bytes()
+    return found
+
+
+def objects(count: int, prefix: str) -> dict[str, bytes]:
+    found = {f"{prefix}{key}": f"body of {key}".encode() * 3 for key in AWKWARD}
+    for i in range(count):
+        key = f"{prefix}set/{i % 7}/object-{i:05d}.bin"
+        found[key] = hashlib.sha256(key.encode()).digest() * (1 + i % 5)
+    return found
+
+
+def test_signed_bucket_every_object_under_its_name(seaweed, tmp_path: Path) -> None:
+    client = s3_client(seaweed)
+    data = objects(3000, "data/")
+    outside = {"other/x.txt": b"not under the prefix", "data": b"a key equal to the prefix"}
+    put_objects(client, "signed", data | outside)
+    dest = tmp_path / "dest"
+    proc = run(seaweed, "s3://signed/data", str(dest), "-w", "2", "--list-concurrency", "8",
+               "--report", str(tmp_path / "r.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = {key.removeprefix("data/"): body for key, body in data.items()}
+    got = stored(dest)
+    assert set(got) == set(want)
+    assert all(got[name] == body for name, body in want.items())
+    # a rerun has nothing to do
+    again = run(seaweed, "s3://signed/data", str(dest), "-w", "2")
+    assert again.returncode == 0, again.stderr[-2000:]
+    # no secret anywhere
+    outputs = proc.stdout + proc.stderr + (tmp_path / "r.json").read_text()
+    journal = (dest / STATE / "journal.sqlite").read_bytes()
+    assert seaweed.secret_key not in outputs
+    assert seaweed.secret_key.encode() not in journal
+
+
+def test_wrong_secret_stops_at_once_in_plain_words(seaweed, tmp_path: Path) -> None:
+    client = s3_client(seaweed)
+    put_objects(client, "wrongsecret", {"a.txt": b"a"})
+    env = seaweed.env() | {"AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    dest = tmp_path / "dest"
+    proc = run(seaweed, "s3://wrongsecret", str(dest), env=env, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "signature does not match" in " ".join(proc.stderr.lower().split())
+    assert "not-the-secret" not in proc.stderr + proc.stdout
+    assert stored(dest) == {}
+
+
+def test_include_exclude_and_a_tar_sink(seaweed, tmp_path: Path) -> None:
+    client = s3_client(seaweed)
+    data = {f"p/{i:03d}.{ext}": f"{i}.{ext}".encode() for i in range(300)
+            for ext in ("jpg", "txt", "tmp")}
+    put_objects(client, "filtered", data)
+    dest = tmp_path / "dest"
+    proc = run(seaweed, "s3://filtered/p/", str(dest), "--include", "*.jpg", "--include",
+               "*.txt", "--exclude", "00*")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    want = {k.removeprefix("p/") for k in data if not k.endswith(".tmp")
+            and not k.startswith("p/00")}
+    assert set(stored(dest)) == want
+
+
+def test_hostile_keys_refused_one_by_one(moto, tmp_path: Path) -> None:
+    client = s3_client(moto)
+    hostile = ["../x", "a/../../x", "/etc/x", "ok/../../../y", "./dot"]
+    put_objects(client, "hostile", {key: b"evil" for key in hostile} | {"fine.txt": b"ok"})
+    listed = [o["Key"] for o in client.list_objects_v2(Bucket="hostile")["Contents"]]
+    dest = tmp_path / "inner" / "dest"
+    proc = run(moto, "s3://hostile", str(dest), "-w", "1")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert stored(dest) == {"fine.txt": b"ok"}
+    assert sorted(p.name for p in (tmp_path / "inner").iterdir()) == ["dest"]
+    failures = (dest / STATE / "failures.jsonl").read_text()
+    for key in listed:
+        if key != "fine.txt":
+            assert "unsafe name" in failures and key.replace("\\", "\\\\") in failures
+
+
+def test_missing_bucket_is_a_usage_error(moto, tmp_path: Path) -> None:
+    proc = run(moto, "s3://no-such-bucket-here", str(tmp_path / "d"), timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "no such bucket" in " ".join(proc.stderr.lower().split())
+
+
+def test_no_credentials_says_what_to_do(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {"AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    proc = subprocess.run([sys.executable, "-m", "bulkfetch", "get", "s3://bkt/p",
+                           str(tmp_path / "d"), "--endpoint-url", "http://127.0.0.1:9"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2
+    said = " ".join(proc.stderr.split())
+    assert "AWS_ACCESS_KEY_ID" in said and "--no-sign-request" in said
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("url", ["s3://", "s3:///prefix", "s3://UPPER_case"])
+def test_bad_s3_urls(url: str, tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bulkfetch", "get", url, str(tmp_path / "d"),
+                           "--no-sign-request"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and url in " ".join(proc.stderr.split()), proc.stderr
+
+
+def test_multipart_objects_checked_by_their_stored_checksum(moto, tmp_path: Path) -> None:
+    pytest.importorskip("awscrt")  # CRC64NVME
+    client = s3_client(moto)
+    data = os.urandom(11 << 20)  # 3 parts of 5 MiB (the last smaller): body is spooled
+    put_multipart(client, "multipart", "full.bin", data, 5 << 20, "CRC64NVME")  # FULL_OBJECT
+    put_multipart(client, "multipart", "composite.bin", data, 5 << 20, "SHA256")
+    put_multipart(client, "multipart", "plain.bin", data, 5 << 20)
+    put_objects(client, "multipart", {"single.txt": b"one part: an MD5 ETag"})
+    dest, report_path = tmp_path / "dest", tmp_path / "r.json"
+    proc = run(moto, "s3://multipart", str(dest), "-w", "1", "--report", str(report_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {name: hashlib.md5(body).hexdigest() for name, body in stored(dest).items()} == {
+        "full.bin": hashlib.md5(data).hexdigest(),
+        "composite.bin": hashlib.md5(data).hexdigest(),
+        "plain.bin": hashlib.md5(data).hexdigest(),
+        "single.txt": hashlib.md5(b"one part: an MD5 ETag").hexdigest()}
+    # the full-object CRC64NVME checks one; a checksum of the parts' checksums (SHA256
+    # COMPOSITE) and none at all leave the size; the single part has its MD5 ETag
+    report = json.loads(report_path.read_text())
+    assert report["checked"] == {"md5": 1, "digest": 1, "size_only": 2}
+    said = " ".join(proc.stdout.split() + proc.stderr.split())
+    assert "1 by MD5 · 1 by checksum · 2 by size only" in said
