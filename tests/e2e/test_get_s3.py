@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -87,11 +88,24 @@ def test_include_exclude_and_a_tar_sink(seaweed, tmp_path: Path) -> None:
     put_objects(client, "filtered", data)
     dest = tmp_path / "dest"
     proc = run(seaweed, "s3://filtered/p/", str(dest), "--include", "*.jpg", "--include",
-               "*.txt", "--exclude", "00*")
+               "*.txt", "--exclude", "00*", "--sink", "tar", "--shard-files", "100")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    want = {k.removeprefix("p/") for k in data if not k.endswith(".tmp")
+    want = {k.removeprefix("p/"): body for k, body in data.items() if not k.endswith(".tmp")
             and not k.startswith("p/00")}
-    assert set(stored(dest)) == want
+    members: dict[str, bytes] = {}
+    for shard in sorted(dest.glob("shard-*.tar")):
+        with tarfile.open(shard) as archive:
+            for member in archive.getmembers():
+                assert member.name not in members
+                members[member.name] = archive.extractfile(member).read()
+    assert members == want
+    # a sample's members are neighbours in one shard (the range listing keeps them whole)
+    import webdataset
+
+    samples = list(webdataset.WebDataset(sorted(str(p) for p in dest.glob("shard-*.tar")),
+                                         shardshuffle=False, empty_check=False))
+    assert len(samples) == len({name.split(".")[0] for name in want})
+    assert all({"jpg", "txt"} <= set(sample) for sample in samples)
 
 
 def test_hostile_keys_refused_one_by_one(moto, tmp_path: Path) -> None:
@@ -157,3 +171,53 @@ def test_multipart_objects_checked_by_their_stored_checksum(moto, tmp_path: Path
     assert report["checked"] == {"md5": 1, "digest": 1, "size_only": 2}
     said = " ".join(proc.stdout.split() + proc.stderr.split())
     assert "1 by MD5 · 1 by checksum · 2 by size only" in said
+
+
+def test_profile_credentials_and_endpoint_from_the_aws_files(seaweed, tmp_path: Path) -> None:
+    client = s3_client(seaweed)
+    put_objects(client, "profiled", {"a/1.txt": b"one", "a/2.txt": b"two"})
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(
+        f"[default]\naws_access_key_id = nobody\naws_secret_access_key = wrong\n\n"
+        f"[dev]\naws_access_key_id = {seaweed.access_key}\n"
+        f"aws_secret_access_key = {seaweed.secret_key}\n")
+    (home / ".aws" / "config").write_text(
+        f"[profile dev]\nregion = {seaweed.region}\nendpoint_url = {seaweed.endpoint}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
+        "HOME": str(home)}
+    by_flag = run(seaweed, "s3://profiled/a", str(tmp_path / "flag"), "--profile", "dev",
+                  env=env)
+    assert by_flag.returncode == 0, by_flag.stderr[-2000:]
+    assert stored(tmp_path / "flag") == {"1.txt": b"one", "2.txt": b"two"}
+    by_variable = run(seaweed, "s3://profiled/a", str(tmp_path / "var"),
+                      env=env | {"AWS_PROFILE": "dev"})
+    assert by_variable.returncode == 0, by_variable.stderr[-2000:]
+    assert stored(tmp_path / "var") == {"1.txt": b"one", "2.txt": b"two"}
+    # the default profile's keys are wrong: the store says so, and the run stops (exit 2)
+    default = run(seaweed, "s3://profiled/a", str(tmp_path / "default"), "--endpoint-url",
+                  seaweed.endpoint, env=env)
+    assert default.returncode == 2, default.stderr[-2000:]
+    missing = run(seaweed, "s3://profiled/a", str(tmp_path / "missing"), "--profile", "nope",
+                  env=env)
+    assert missing.returncode == 2 and "nope" in missing.stderr
+    for proc in (by_flag, by_variable, default, missing):
+        assert seaweed.secret_key not in proc.stdout + proc.stderr
+
+
+def test_unsigned_requests_for_a_public_bucket(moto, tmp_path: Path) -> None:
+    client = s3_client(moto)
+    put_objects(client, "public", {"open.txt": b"for anyone", "closed.txt": b"not for all"})
+    client.put_bucket_acl(Bucket="public", ACL="public-read")  # anyone may list
+    client.put_object_acl(Bucket="public", Key="open.txt", ACL="public-read")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
+        "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    proc = run(moto, "s3://public", str(tmp_path / "d"), "--no-sign-request",
+               "--endpoint-url", moto.endpoint, env=env)
+    # the private object is a failure of its own (403), the public one is stored
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert stored(tmp_path / "d") == {"open.txt": b"for anyone"}
+    failures = [json.loads(line) for line in
+                (tmp_path / "d" / STATE / "failures.jsonl").read_text().splitlines()]
+    assert [(f["name"], f["status"]) for f in failures] == [("closed.txt", 403)]
+    assert "unsigned" in " ".join((proc.stdout + proc.stderr).split())  # the source line
