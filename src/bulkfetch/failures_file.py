@@ -26,9 +26,10 @@ from bulkfetch.models import Failure
 
 FILE_NAME = "failures.jsonl"
 # The whole reason, exactly as engine/fetcher.py and engine/big.py word an HTTP answer ("HTTP
-# 503"; a piece of a split file adds " (bytes A-B)"): a prefix match would also take a sink's
-# "HTTP 404 is a symlink ..." about a directory a hostile name called "HTTP 404".
-_HTTP = re.compile(r"HTTP ([1-5]\d\d)(?: \(bytes \d+-\d+\))?")
+# 503", "HTTP 403 AccessDenied" with an S3 error code; a piece of a split file adds " (bytes
+# A-B)"): a prefix match would also take a sink's "HTTP 404 is a symlink ..." about a
+# directory a hostile name called "HTTP 404".
+_HTTP = re.compile(r"HTTP ([1-5]\d\d)(?: [A-Za-z][A-Za-z0-9.]{0,63})?(?: \(bytes \d+-\d+\))?")
 
 
 def http_status(reason: str) -> int | None:

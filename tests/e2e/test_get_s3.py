@@ -220,4 +220,5 @@ def test_unsigned_requests_for_a_public_bucket(moto, tmp_path: Path) -> None:
     failures = [json.loads(line) for line in
                 (tmp_path / "d" / STATE / "failures.jsonl").read_text().splitlines()]
     assert [(f["name"], f["status"]) for f in failures] == [("closed.txt", 403)]
+    assert failures[0]["reason"] == "HTTP 403"  # moto's 403 to the anonymous has no body
     assert "unsigned" in " ".join((proc.stdout + proc.stderr).split())  # the source line

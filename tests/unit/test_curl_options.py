@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bulkfetch.engine.curl import PROXY_VARIABLES, proxy_configured
+from bulkfetch.engine.curl import PROXY_VARIABLES, error_code, proxy_configured
 
 
 @pytest.fixture
@@ -30,3 +30,13 @@ def test_empty_values_and_upper_case_http_proxy_do_not(clean_env: pytest.MonkeyP
     clean_env.setenv("http_proxy", "")
     clean_env.setenv("no_proxy", "*")
     assert not proxy_configured()
+
+
+def test_an_s3_error_body_names_its_code_and_others_nothing() -> None:
+    body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+            b"<Message>Access Denied</Message></Error>")
+    assert error_code([body[:50], body[50:]]) == ""  # only a whole first chunk is read
+    assert error_code([body]) == " AccessDenied"
+    assert error_code([b"<html>403 Forbidden</html>"]) == ""
+    assert error_code([b"<Code>a b</Code>"]) == ""  # not a code: never free text
+    assert error_code([]) == ""

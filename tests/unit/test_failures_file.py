@@ -18,6 +18,7 @@ from bulkfetch.models import Failure, PageReport
 @pytest.mark.parametrize(("reason", "status"), [
     ("HTTP 404", 404), ("HTTP 503", 503), ("HTTP 410", 410), ("HTTP 304", 304),
     ("HTTP 416 (bytes 0-9)", 416),  # a piece of a split file (engine/big.py)
+    ("HTTP 403 AccessDenied", 403), ("HTTP 503 SlowDown", 503),  # S3's error codes
     ("HTTP 0", None),  # no status line came
     ("Connection reset by peer (curl error 56)", None),
     ("HTTP/2 stream 1 was not closed cleanly: PROTOCOL_ERROR (curl error 92)", None),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pycurl
@@ -66,6 +67,17 @@ def new_handle(timeouts: Timeouts) -> pycurl.Curl:
         handle.setopt(pycurl.PROXY, "")
         handle.setopt(pycurl.NOPROXY, "")
     return handle
+
+
+_ERROR_CODE = re.compile(rb"<Code>([A-Za-z][A-Za-z0-9.]{0,63})</Code>")
+
+
+def error_code(chunks: list[bytes]) -> str:
+    """" " + the error code an S3-style error body names (<Error><Code>AccessDenied</Code>:
+    why a 403 is one, in the store's words), or "" (any other body, or none)."""
+    head = chunks[0][:2048] if chunks else b""
+    found = _ERROR_CODE.search(head) if b"<Code>" in head else None
+    return " " + found[1].decode("ascii") if found else ""
 
 
 def retry_after_seconds(value: str | None) -> float | None:

@@ -22,6 +22,7 @@ from bulkfetch.digest import SMALL_BODY, builtin_md5, openssl_md5
 from bulkfetch.engine.big import BigFiles
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
+    error_code,
     header_value,
     header_values,
     new_handle,
@@ -342,7 +343,7 @@ class Fetcher:
         else:
             status = handle.getinfo(pycurl.RESPONSE_CODE)
             retryable = retryable_status(status)
-            reason = f"HTTP {status}"
+            reason = f"HTTP {status}" + error_code(chunks)
             if status in (429, 503):
                 retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
         chunks.clear()
