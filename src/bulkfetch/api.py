@@ -62,8 +62,17 @@ def build_options(
     include: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
     list_concurrency: int = 32,
+    ca_bundle: str | os.PathLike[str] | None = None,
+    insecure: bool = False,
 ) -> GetOptions:
-    """Validated, frozen options; raises bulkfetch.UsageError naming the bad input."""
+    """Validated, frozen options; raises bulkfetch.UsageError naming the bad input.
+
+    TLS trust: `ca_bundle`, else REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE or SSL_CERT_FILE from
+    the environment (the first one set), else libcurl's own store; `insecure` verifies
+    nothing (see bulkfetch.tls)."""
+    from bulkfetch.tls import resolve_tls
+
+    tls = resolve_tls(ca_bundle, insecure)
     return GetOptions(
         source=str(source),
         dest=os.fspath(dest),
@@ -83,6 +92,7 @@ def build_options(
         table=TableOptions(url_col, name_col, name_template, tuple(save_cols)),
         s3=S3Options(endpoint_url, region, profile, no_sign_request, addressing_style,
                      tuple(include), tuple(exclude), list_concurrency),
+        tls=tls,
     )
 
 

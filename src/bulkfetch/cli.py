@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 import click
 
 from bulkfetch import __version__
-from bulkfetch.cli_s3 import s3_options
+from bulkfetch.cli_s3 import s3_options, tls_options
 from bulkfetch.errors import BulkfetchError, UsageError
 
 if TYPE_CHECKING:
@@ -176,6 +176,7 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="Query parameter that carries the token.")
 @click.option("--get-template", default="/get/{name}", show_default=True,
               help="Path of one file; {name} is replaced by the URL-quoted name.")
+@tls_options
 @s3_options
 @click.option("--restart", is_flag=True, help="Forget DEST's journal and start over.")
 @click.option("--retry-failed", is_flag=True,
@@ -222,6 +223,10 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
                                 **flags)  # type: ignore[arg-type]
     except UsageError as exc:
         raise _usage(exc) from None
+    if options.tls.insecure:  # said even with --quiet: the data is not protected
+        from bulkfetch.tls import INSECURE_WARNING
+
+        click.echo(INSECURE_WARNING, err=True)
     report = _run_download(options, quiet=quiet, plain=plain, report_path=report_path)
     sys.exit(report.exit_code)
 

@@ -19,7 +19,7 @@ from typing import Any
 import click
 from rich.filesize import decimal
 
-from bulkfetch.cli_s3 import list_bucket, s3_options
+from bulkfetch.cli_s3 import list_bucket, s3_options, tls_options
 from bulkfetch.dataset import Dataset, open_dataset
 from bulkfetch.errors import BulkfetchError, DataUnreadable, UsageError
 from bulkfetch.extract import ExtractResult
@@ -80,6 +80,7 @@ def _opened(dest: str) -> Iterator[Dataset]:
               help="Tab-separated size, MD5, shard and name (a directory destination is "
                    "read in full to compute the MD5s); for s3://, size and name.")
 @s3_options
+@tls_options
 def ls(dest: str, pattern: str | None, long_format: bool, **s3_flags: Any) -> None:
     """List the names stored in DEST (tar shards or a directory), in storage order; or the
     names under s3://BUCKET[/PREFIX] (keys relative to PREFIX), listed in parallel key
@@ -95,8 +96,8 @@ def ls(dest: str, pattern: str | None, long_format: bool, **s3_flags: Any) -> No
             list_bucket(dest, long_format, s3_flags, _shown)
         return
     if any(value not in (None, False, (), "auto", 32) for value in s3_flags.values()):
-        raise click.UsageError("--endpoint-url and the other s3:// flags apply to an s3:// "
-                               f"URL; {dest!r} is a destination")
+        raise click.UsageError("--endpoint-url, --ca-bundle and the other s3:// flags apply "
+                               f"to an s3:// URL; {dest!r} is a destination")
     with _opened(dest) as dataset:
         out = click.get_text_stream("stdout")
         if long_format:

@@ -1,4 +1,4 @@
-"""The s3:// flags `get` and `ls` share, and `bulkfetch ls s3://BUCKET[/PREFIX]`: the bucket
+"""The s3:// and TLS flags `get` and `ls` share, and `bulkfetch ls s3://BUCKET[/PREFIX]`: the bucket
 listed in parallel key ranges (engine/range_lister.py), one name a line."""
 
 from __future__ import annotations
@@ -46,6 +46,28 @@ _OPTIONS = [
 ]
 
 
+_TLS_OPTIONS = [
+    click.option("--ca-bundle", default=None, metavar="FILE",
+                 help="Trust the CA certificates in this PEM file (a private CA's, or a "
+                      "self-signed server's own certificate) for every https:// request, "
+                      "instead of the system's; a directory prepared by `openssl rehash` works "
+                      "too. Without it, the first of REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE and "
+                      "SSL_CERT_FILE that is set is used. A refused certificate stops the run "
+                      "(exit status 2); it is never retried."),
+    click.option("--insecure", is_flag=True,
+                 help="Do not verify TLS certificates or host names (a test server only: "
+                      "anyone on the network path could read or alter the data); the CA "
+                      "variables above are then ignored. Prints a warning when the run starts."),
+]
+
+
+def tls_options(function: F) -> F:
+    """--ca-bundle and --insecure, as click options of `function`."""
+    for option in reversed(_TLS_OPTIONS):
+        function = option(function)
+    return function
+
+
 def s3_options(function: F) -> F:
     """The s3:// flags, as click options of `function` (in --help in this order)."""
     for option in reversed(_OPTIONS):
@@ -62,15 +84,19 @@ def list_bucket(url: str, long_format: bool, flags: dict[str, Any],
     from bulkfetch.engine.range_lister import RangeLister
     from bulkfetch.errors import UsageError
     from bulkfetch.sources.s3 import S3Source
+    from bulkfetch.tls import INSECURE_WARNING, resolve_tls
 
     try:
+        tls = resolve_tls(flags["ca_bundle"], flags["insecure"])
         options = S3Options(flags["endpoint_url"], flags["region"], flags["profile"],
                             flags["no_sign_request"], flags["addressing_style"],
                             tuple(flags["include"]), tuple(flags["exclude"]),
                             flags["list_concurrency"])
-        source = S3Source(url, options, Timeouts())
+        source = S3Source(url, options, Timeouts(), tls=tls)
     except UsageError as exc:
         raise click.UsageError(str(exc)) from None
+    if tls.insecure:
+        click.echo(INSECURE_WARNING, err=True)
     lister = RangeLister(source, RetryPolicy(), [], [], 0, True, ahead=256,
                          concurrency=options.list_concurrency)
     lister.start()

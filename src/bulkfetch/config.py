@@ -180,6 +180,21 @@ class S3Options:
 
 
 @dataclass(frozen=True)
+class TlsOptions:
+    """Whom https:// trusts, for every libcurl handle of a run (engine/curl.py). Built by
+    tls.resolve_tls(): --ca-bundle, else the first of REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE,
+    SSL_CERT_FILE that is set, else libcurl's own CA store."""
+
+    ca_bundle: str | None = None  # a PEM file, or a directory prepared by `openssl rehash`
+    insecure: bool = False  # no peer or host name verification (--insecure)
+    origin: str = ""  # where ca_bundle came from, for messages: "--ca-bundle", a variable
+
+    def __post_init__(self) -> None:
+        if self.insecure and self.ca_bundle is not None:
+            raise UsageError("give --ca-bundle or --insecure, not both")
+
+
+@dataclass(frozen=True)
 class GetOptions:
     source: str  # the listing API's base URL, or the path of a URL list (from_file)
     dest: str
@@ -194,6 +209,10 @@ class GetOptions:
     retry_failed: bool = False
     table: TableOptions = field(default_factory=TableOptions)
     s3: S3Options = field(default_factory=S3Options)
+    # Not in fingerprint(): trust decides how the run connects, not what it lists or where
+    # files land, so a renewed or moved CA bundle (or a first run that failed on the
+    # certificate, rerun with --ca-bundle) resumes instead of asking for --restart.
+    tls: TlsOptions = field(default_factory=TlsOptions)
 
     def fingerprint(self) -> dict[str, object]:
         """What makes two runs 'the same run' for resuming: source and output layout."""

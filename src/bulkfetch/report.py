@@ -44,6 +44,9 @@ __all__ = [
 MAX_REPORT_FAILURES = 1000  # failures listed in the JSON report
 SUMMARY_FAILURES = 10  # failures listed on the terminal
 TEXT_LIMIT = 200  # characters of a remote string shown on the terminal
+# An exit status 2 message says what the user must change (how to trust a certificate...):
+# it is ours, holding at most a short remote part, and cut at 200 it would lose the remedy.
+USAGE_TEXT_LIMIT = 600
 
 
 def safe_text(value: str, limit: int = TEXT_LIMIT) -> str:
@@ -93,7 +96,8 @@ def _status(report: Report) -> tuple[str, str]:
         return ("Exit status 130: interrupted. Rerun the same command to resume.",
                 "bold yellow")
     if code == 2:  # what to change is in the message; the same command would fail again
-        return f"Exit status 2: {safe_text(report.error or 'usage error')}.", "bold red"
+        return (f"Exit status 2: {safe_text(report.error or 'usage error', USAGE_TEXT_LIMIT)}.",
+                "bold red")
     parts = ["Exit status 1:"]
     if report.error is not None:
         parts.append(f"the run stopped on an error: {safe_text(report.error)}.")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import re
 import time
+from urllib.parse import urlsplit
 
 import pycurl
 
 from bulkfetch import __version__
-from bulkfetch.config import Timeouts
+from bulkfetch.config import Timeouts, TlsOptions
 
 USER_AGENT = f"bulkfetch/{__version__}"
 # libcurl error codes after which another attempt may succeed.
@@ -25,6 +26,65 @@ RETRYABLE_CURL_ERRORS = {
     pycurl.E_HTTP2,
     getattr(pycurl, "E_HTTP2_STREAM", 92),
 }
+# The server's certificate was refused: no retry or other file on that host fares better.
+# (E_SSL_CONNECT_ERROR, 35, stays retryable: a handshake cut short by a reset or an
+# overloaded server is one too, and its text does not tell the kinds apart reliably.)
+CERTIFICATE_ERRORS = frozenset({
+    pycurl.E_PEER_FAILED_VERIFICATION,  # 60: unknown CA, self-signed, expired, wrong name
+    getattr(pycurl, "E_SSL_ISSUER_ERROR", 83),
+    getattr(pycurl, "E_SSL_PINNEDPUBKEYNOTMATCH", 90),
+    getattr(pycurl, "E_SSL_INVALIDCERTSTATUS", 91),
+})
+# What this side trusts or presents cannot be used (a CA bundle that went bad after the
+# start check, a CRL file, a client certificate): no transfer anywhere would succeed.
+TRUST_STORE_ERRORS = frozenset({
+    getattr(pycurl, "E_SSL_CACERT_BADFILE", 77),
+    getattr(pycurl, "E_SSL_CRL_BADFILE", 82),
+    getattr(pycurl, "E_SSL_CERTPROBLEM", 58),
+})
+TLS_FATAL_ERRORS = CERTIFICATE_ERRORS | TRUST_STORE_ERRORS
+
+
+class FatalTransferError(Exception):
+    """A transfer failed in a way no retry and no other file escapes (a certificate libcurl
+    refused): the run stops with exit status 2 instead of failing its files one by one."""
+
+
+def host_port(url: str) -> str:
+    """host:port of a URL (the scheme's port when none is given), for messages."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or "?"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{port or (443 if parts.scheme == 'https' else 80)}"
+
+
+# libcurl's words before the reason itself, left out of messages.
+_TLS_PREFIXES = ("SSL certificate OpenSSL verify result: ", "SSL certificate problem: ", "SSL: ")
+
+
+def tls_failure(code: int, message: str, url: str, tls: TlsOptions | None) -> str | None:
+    """The message that stops the run when libcurl's error `code` is one no retry fixes
+    (TLS_FATAL_ERRORS): which certificate, libcurl's reason, how to trust it; else None."""
+    if code not in TLS_FATAL_ERRORS:
+        return None
+    from bulkfetch.tls import HOW_TO_TRUST
+
+    tls = tls or TlsOptions()
+    reason = next((message[len(p):] for p in _TLS_PREFIXES if message.startswith(p)), message)
+    if code in CERTIFICATE_ERRORS:
+        trusting = f" (this run trusted {tls.ca_bundle}, from {tls.origin})" if tls.origin \
+            else ""
+        return (f"the TLS certificate of {host_port(url)} was refused: {reason} (curl error "
+                f"{code}). {HOW_TO_TRUST}{trusting}")
+    if tls.ca_bundle is not None and code == getattr(pycurl, "E_SSL_CACERT_BADFILE", 77):
+        return (f"the CA certificates {tls.ca_bundle} ({tls.origin}) cannot be used for "
+                f"{host_port(url)}: {reason} (curl error {code})")
+    return f"TLS to {host_port(url)} cannot be set up on this side: {reason} (curl error {code})"
 
 
 # The variables libcurl reads to choose a proxy for http(s) URLs (it ignores HTTP_PROXY in
@@ -41,7 +101,23 @@ def retryable_status(status: int) -> bool:
     return status in (408, 429) or 500 <= status <= 599
 
 
-def new_handle(timeouts: Timeouts) -> pycurl.Curl:
+def configure_tls(handle: pycurl.Curl, tls: TlsOptions) -> None:
+    """Trust as the run says, set once per handle: nothing per transfer, and every handle
+    of a run the same, so libcurl reuses any connection (and TLS session) for any of them,
+    and keeps the CA store it parsed (CURLOPT_CA_CACHE_TIMEOUT) for the next handshake."""
+    if tls.insecure:
+        handle.setopt(pycurl.SSL_VERIFYPEER, 0)
+        handle.setopt(pycurl.SSL_VERIFYHOST, 0)
+    elif tls.ca_bundle is not None:
+        if os.path.isdir(tls.ca_bundle):  # requests reads a directory so too
+            handle.setopt(pycurl.CAPATH, tls.ca_bundle)
+            handle.unsetopt(pycurl.CAINFO)  # only the directory, not the built-in file
+        else:
+            handle.setopt(pycurl.CAINFO, tls.ca_bundle)
+
+
+def new_handle(timeouts: Timeouts, tls: TlsOptions | None = None) -> pycurl.Curl:
+    """A handle with the run's options; `tls` None leaves libcurl's own trust store."""
     handle = pycurl.Curl()
     handle.setopt(pycurl.NOSIGNAL, 1)
     handle.setopt(pycurl.USERAGENT, USER_AGENT)
@@ -66,6 +142,8 @@ def new_handle(timeouts: Timeouts) -> pycurl.Curl:
         # is used exactly as libcurl would use it.
         handle.setopt(pycurl.PROXY, "")
         handle.setopt(pycurl.NOPROXY, "")
+    if tls is not None:
+        configure_tls(handle, tls)
     return handle
 
 

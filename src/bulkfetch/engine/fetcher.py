@@ -22,12 +22,15 @@ from bulkfetch.digest import SMALL_BODY, builtin_md5, openssl_md5
 from bulkfetch.engine.big import BigFiles
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
+    TLS_FATAL_ERRORS,
+    FatalTransferError,
     error_code,
     header_value,
     header_values,
     new_handle,
     retry_after_seconds,
     retryable_status,
+    tls_failure,
 )
 from bulkfetch.engine.digests import BY_MD5, BY_SIZE
 from bulkfetch.models import SHOWN_IN_FLIGHT, Failure, Page, PageReport, Tick, largest_first
@@ -126,7 +129,7 @@ class Fetcher:
         self.base_headers: list[str] = next(
             (value for option, value in source_options if option == pycurl.HTTPHEADER), [])
         for _ in range(options.limits.concurrency):
-            handle = new_handle(options.timeouts)
+            handle = new_handle(options.timeouts, options.tls)
             chunks: list[bytes] = []
             lines: list[bytes] = []
             handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
@@ -267,6 +270,8 @@ class Fetcher:
                 for handle in succeeded:
                     completed(handle, None)
                 for handle, code, message in failed:
+                    if code in TLS_FATAL_ERRORS:  # only failures pay for this test
+                        raise self._tls_fatal(handle, code, message)
                     completed(handle, (code, message))
                 if not queued:
                     break
@@ -350,6 +355,15 @@ class Fetcher:
         lines.clear()
         self.free.append(handle)
         self._retry_or_fail(transfer, reason, retryable, retry_after)
+
+    def _tls_fatal(self, handle: pycurl.Curl, code: int, message: str) -> FatalTransferError:
+        """The error that stops the run on a certificate libcurl refused: every other file
+        from that host would fail the same way, so none is failed (its page stays not done;
+        the rerun, once the certificate is trusted, fetches it)."""
+        name, url = self.transfer_of[handle][1:3]
+        url = handle.getinfo(pycurl.EFFECTIVE_URL) or url  # a redirect's target, if one
+        return FatalTransferError(
+            f"fetching {name!r}: {tls_failure(code, message, url, self.options.tls)}")
 
     @staticmethod
     def _short(handle: pycurl.Curl, body: bytes) -> str | None:

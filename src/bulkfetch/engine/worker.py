@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bulkfetch.config import GetOptions
+from bulkfetch.engine.curl import FatalTransferError
 from bulkfetch.engine.fetcher import Fetcher
 from bulkfetch.models import PageReport
 from bulkfetch.sinks import SinkFatal, open_sink
@@ -73,6 +74,16 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
         # yet taken (the failure cut its step short) and the sink's from before it.
         send_reports(fetcher.take_finished() + exc.released)
         results.put(("fatal", str(exc)))
+    except FatalTransferError as exc:  # a refused certificate: the user must act (exit 2)
+        fetcher.abandon()
+        # The pages in hand stay not done; what the sink made durable before still counts.
+        released = fetcher.take_finished()
+        try:
+            released += sink.flush()
+        except SinkFatal as sink_exc:
+            released += sink_exc.released
+        send_reports(released)
+        results.put(("fatal", str(exc), True))
     finally:
         results.put(("tick", fetcher.tick()))
         fetcher.close()

@@ -459,9 +459,11 @@ class _Coordinator:
                 self._page_done(report)
         elif kind == "tick":
             self.ticks[value.worker] = value
-        elif kind == "fatal":
+        elif kind == "fatal":  # ("fatal", message[, usage]): a worker cannot go on
             if self.error is None:
                 self.error = value
+                # usage: only the user can fix it (a refused certificate): exit status 2
+                self.usage_error = self.usage_error or (len(message) > 2 and bool(message[2]))
                 self._record_error(value)
         elif kind == "exit":
             return int(value)

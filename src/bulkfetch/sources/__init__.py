@@ -25,13 +25,13 @@ def make_source(options: GetOptions, listing: bool = True) -> Source:
         from bulkfetch.sources.s3 import S3Source  # loads the S3 settings only when used
 
         return S3Source(options.source, options.s3, options.timeouts,
-                        options.limits.max_page_size)
+                        options.limits.max_page_size, tls=options.tls)
     if options.s3 != S3Options():
         raise UsageError("--endpoint-url, --region, --profile, --no-sign-request, "
                          "--addressing-style, --include, --exclude and --list-concurrency "
                          f"apply to an s3:// source; {options.source!r} is not one")
     return FileServerSource(options.source, options.shape, options.timeouts,
-                            options.limits.max_page_size)
+                            options.limits.max_page_size, options.tls)
 
 
 __all__ = ["FileServerSource", "ListedPage", "ListingError", "Source", "TableSource",

@@ -9,8 +9,14 @@ from urllib.parse import quote, urlsplit
 
 import pycurl
 
-from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, SourceShape, Timeouts
-from bulkfetch.engine.curl import header_value, new_handle, retry_after_seconds, retryable_status
+from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, SourceShape, Timeouts, TlsOptions
+from bulkfetch.engine.curl import (
+    header_value,
+    new_handle,
+    retry_after_seconds,
+    retryable_status,
+    tls_failure,
+)
 from bulkfetch.errors import UsageError
 from bulkfetch.names import all_plain, is_plain
 from bulkfetch.sources.base import ListedPage, ListingError
@@ -35,7 +41,8 @@ def _where(url: str) -> str:
 
 class FileServerSource:
     def __init__(self, base_url: str, shape: SourceShape, timeouts: Timeouts,
-                 max_page_size: int = DEFAULT_MAX_PAGE_SIZE) -> None:
+                 max_page_size: int = DEFAULT_MAX_PAGE_SIZE,
+                 tls: TlsOptions | None = None) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(f"URL {redact(base_url)!r} must be http:// or https:// with a "
@@ -49,6 +56,7 @@ class FileServerSource:
         self.shape = shape
         self.timeouts = timeouts
         self.max_page_size = max_page_size
+        self.tls = tls or TlsOptions()
         self._handle: pycurl.Curl | None = None
         prefix, _, suffix = shape.get_template.partition("{name}")
         self._get_prefix, self._get_suffix = self.base + prefix, suffix
@@ -110,7 +118,7 @@ class FileServerSource:
 
     def _get(self, url: str) -> tuple[int, list[bytes], bytes]:
         if self._handle is None:
-            self._handle = new_handle(self.timeouts)
+            self._handle = new_handle(self.timeouts, self.tls)
             # libcurl refuses a larger announced Content-Length and stops a longer body.
             self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
         handle = self._handle
@@ -127,6 +135,10 @@ class FileServerSource:
                     f"{_where(url)}: the page is larger than {self.max_page_size:,} bytes; a "
                     "server sending pages this large is broken or hostile (raise --max-page-size "
                     "if you trust it)", retryable=False) from None
+            fatal = tls_failure(code, message, handle.getinfo(pycurl.EFFECTIVE_URL) or url,
+                                self.tls)
+            if fatal is not None:  # retrying would only ask the same certificate again
+                raise ListingError(fatal, retryable=False, usage=True) from None
             raise ListingError(f"{_where(url)}: {message} (curl error {code})",
                                retryable=True) from None
         status = int(handle.getinfo(pycurl.RESPONSE_CODE))

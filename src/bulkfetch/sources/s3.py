@@ -24,12 +24,19 @@ from urllib.parse import quote, unquote_plus
 
 import pycurl
 
-from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, S3Options, Timeouts
-from bulkfetch.engine.curl import header_value, new_handle, retry_after_seconds, retryable_status
+from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, S3Options, Timeouts, TlsOptions
+from bulkfetch.engine.curl import (
+    header_value,
+    new_handle,
+    retry_after_seconds,
+    retryable_status,
+    tls_failure,
+)
 from bulkfetch.engine.range_lister import RangePage
 from bulkfetch.engine.ranges import KeyRange
 from bulkfetch.names import all_plain
-from bulkfetch.s3.settings import S3Settings, parse_s3_url, resolve_settings
+from bulkfetch.s3.profiles import resolve_settings
+from bulkfetch.s3.settings import S3Settings, parse_s3_url
 from bulkfetch.sources.base import ListedPage, ListingError
 
 KEYS_PER_PAGE = 1000  # ListObjectsV2's most
@@ -96,8 +103,9 @@ def _error_fields(body: bytes) -> tuple[str, str]:
 class S3Source:
     def __init__(self, url: str, options: S3Options, timeouts: Timeouts,
                  max_page_size: int = DEFAULT_MAX_PAGE_SIZE,
-                 settings: S3Settings | None = None) -> None:
+                 settings: S3Settings | None = None, tls: TlsOptions | None = None) -> None:
         self.url = url
+        self.tls = tls or TlsOptions()
         self.bucket, prefix = parse_s3_url(url)
         self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
         self.settings = settings or resolve_settings(
@@ -257,7 +265,7 @@ class S3Source:
 
     def _get(self, url: str) -> tuple[int, list[bytes], bytes]:
         if self._handle is None:
-            self._handle = new_handle(self.timeouts)
+            self._handle = new_handle(self.timeouts, self.tls)
             self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
             for option, value in self.curl_options():
                 self._handle.setopt(option, value)
@@ -275,6 +283,10 @@ class S3Source:
                 raise ListingError(f"{where}: a list page larger than "
                                    f"{self.max_page_size:,} bytes (raise --max-page-size if "
                                    "you trust the store)", retryable=False) from None
+            fatal = tls_failure(code, message, handle.getinfo(pycurl.EFFECTIVE_URL) or url,
+                                self.tls)
+            if fatal is not None:  # retrying would only ask the same certificate again
+                raise ListingError(fatal, retryable=False, usage=True) from None
             raise ListingError(f"{where}: {message} (curl error {code})",
                                retryable=True) from None
         status = int(handle.getinfo(pycurl.RESPONSE_CODE))
