@@ -146,7 +146,8 @@ def split_points(keys: Sequence[str], span: KeyRange, levels: int = 3) -> list[s
         if position < 0 or position >= len(last) or (cuts and levels <= 0):
             break
         here = last[position]
-        alphabet = _alphabet([key[position] for key in keys if len(key) > position])
+        # inside the common prefix every key has `here` at this position (sorted keys)
+        alphabet = _alphabet(here)
         if here not in alphabet:
             continue
         levels -= 1

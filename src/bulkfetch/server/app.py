@@ -7,10 +7,11 @@ import functools
 import hashlib
 import json
 import math
+import random
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
 from typing import Literal
@@ -165,8 +166,10 @@ class App:
         digest_header: bool = False,
         ignore_ranges: bool = False,
         wrong_content_range: bool = False,
+        list_latency_ms: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         self.dataset = dataset
+        self.list_latency_ms = list_latency_ms  # added to every list page's delay
         self.digest_header = digest_header  # Repr-Digest on file answers (200, 206, HEAD)
         self.ignore_ranges = ignore_ranges  # Range is never honoured: 200, the whole body
         self.wrong_content_range = wrong_content_range  # 206s of another range (shifted_range)
@@ -183,17 +186,31 @@ class App:
             return _error(405, f"method {method} not allowed", [("Allow", "GET, HEAD")])
         path, _, query = target.partition("?")
         if path == "/list":
-            decision = self._decide(target, corruptible=False, file=False)
-            response = self._list(query)
-        elif path.startswith("/get/"):
-            decision = self._decide(target, corruptible=method == "GET")
-            denied = self.faults.denied(unquote_to_bytes(path[5:])) if self.faults else None
-            if denied is not None:
-                return self._deny(denied, decision)
-            response = self._get(path[5:], method, headers)
-        else:
-            return Response(404, [("Content-Type", JSON)], NOT_FOUND_BODY)
-        return self._apply(decision, response, method, target, headers)
+            return self.list_answer(method, target, headers, lambda: self._list(query))
+        if path.startswith("/get/"):
+            return self.file_answer(path[5:], method, target, headers)
+        return Response(404, [("Content-Type", JSON)], NOT_FOUND_BODY)
+
+    def list_answer(self, method: str, target: str, headers: dict[str, str],
+                    build: Callable[[], Response]) -> Response:
+        """A list page built by `build`, with the faults and --list-latency of list pages
+        (the seed API's and S3's alike)."""
+        decision = self._decide(target, corruptible=False, file=False)
+        response = self._apply(decision, build(), method, target, headers)
+        low, high = self.list_latency_ms
+        if high > 0:
+            response.delay_s += (low if low == high else random.uniform(low, high)) / 1000.0
+        return response
+
+    def file_answer(self, quoted_name: str, method: str, target: str,
+                    headers: dict[str, str]) -> Response:
+        """The file named by `quoted_name` (percent-encoded as it came), faults applied."""
+        decision = self._decide(target, corruptible=method == "GET")
+        denied = self.faults.denied(unquote_to_bytes(quoted_name)) if self.faults else None
+        if denied is not None:
+            return self._deny(denied, decision)
+        return self._apply(decision, self._get(quoted_name, method, headers), method, target,
+                           headers)
 
     # -- faults --------------------------------------------------------------------------
     def _decide(self, target: str, corruptible: bool, file: bool = True) -> Decision:

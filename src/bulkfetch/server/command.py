@@ -95,6 +95,22 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
               help="Mix TEXT into every synthetic file's body, ETag and Last-Modified: restart "
                    "with another TEXT and every file has changed (names and list tokens stay); "
                    "If-Range with an old ETag gets 200 and the new body. Not with --root.")
+@click.option("--s3", "s3", is_flag=True,
+              help="Also serve the data set as an S3 bucket, path style: ListObjectsV2 and V1 "
+                   "(prefix, delimiter, start-after, continuation-token, max-keys, "
+                   "encoding-type=url) on GET /BUCKET, GetObject/HeadObject on /BUCKET/KEY, "
+                   "S3's XML errors; the fault switches apply. Use it with `bulkfetch get "
+                   "s3://BUCKET DEST --endpoint-url http://HOST:PORT`, s5cmd, rclone or boto3.")
+@click.option("--s3-bucket", default="bulkfetch", show_default=True, metavar="NAME",
+              help="The bucket's name with --s3.")
+@click.option("--s3-credentials", default=None, metavar="KEY:SECRET",
+              help="With --s3: refuse any S3 request not signed (SigV4, any region) with "
+                   "this access key and secret, as a real store does (403 "
+                   "SignatureDoesNotMatch, InvalidAccessKeyId, AccessDenied). Unset: "
+                   "signatures are not checked.")
+@click.option("--list-latency", default=None, metavar="MS|MIN-MAX",
+              help="Delay every list page (seed API and S3) by MS milliseconds, or uniformly "
+                   "MIN-MAX, on top of --latency: a store far away, for listing benchmarks.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="Port to listen on; 0 picks a free one.")
@@ -113,10 +129,12 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
           overlong_rate: float, redirect_rate: float, redirect_to: str, encoding_rate: float,
           deny_rate: float, huge_page: int | None, hostile_names: bool,
           bad_pages: str | None, digest_header: bool, bandwidth: str | None,
-          ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, host: str,
+          ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, s3: bool,
+          s3_bucket: str, s3_credentials: str | None, list_latency: str | None, host: str,
           port: int, processes: int | None, access_log: str | None,
           export_static: str | None) -> None:
-    """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME.
+    """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME;
+    with --s3, the same files as an S3 bucket too.
 
     The first line on stdout is 'serving http://HOST:PORT ...'. Stop it with Ctrl-C.
     """
@@ -169,6 +187,10 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
             ignore_ranges=ignore_ranges,
             wrong_content_range=wrong_content_range,
             etag_salt=etag_salt,
+            s3_bucket=s3_bucket if s3 else None,
+            s3_credentials=s3_credentials,
+            list_latency_ms=parse_latency(list_latency, "--list-latency") if list_latency
+            else (0.0, 0.0),
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from None

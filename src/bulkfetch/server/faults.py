@@ -125,15 +125,15 @@ class FaultConfig:
         return any(self.rates()) or self.deny_rate > 0 or self.latency_ms[1] > 0
 
 
-def parse_latency(text: str) -> tuple[float, float]:
+def parse_latency(text: str, flag: str = "--latency") -> tuple[float, float]:
     """'50' -> (50, 50); '10-100' -> (10, 100), in milliseconds."""
     low, sep, high = text.partition("-")
     try:
         pair = (float(low), float(high if sep else low))
     except ValueError:
-        raise UsageError(f"--latency {text!r}: use MS or MIN-MAX in milliseconds") from None
+        raise UsageError(f"{flag} {text!r}: use MS or MIN-MAX in milliseconds") from None
     if pair[0] < 0 or pair[1] < pair[0]:
-        raise UsageError(f"--latency {text!r}: need 0 <= MIN <= MAX")
+        raise UsageError(f"{flag} {text!r}: need 0 <= MIN <= MAX")
     return pair
 
 

@@ -13,8 +13,9 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
+from typing import Protocol
 
-from bulkfetch.server.app import OVERLONG_TAIL, App, Response, http_date
+from bulkfetch.server.app import OVERLONG_TAIL, Response, http_date
 from bulkfetch.server.faults import Fault
 
 MAX_HEAD = 64 * 1024
@@ -41,8 +42,16 @@ class _Clock:
 _clock = _Clock()
 
 
+class Handler(Protocol):
+    """What answers requests: the seed API's App, or S3App around it."""
+
+    trickle_interval: float
+
+    def handle(self, method: str, target: str, headers: dict[str, str]) -> Response: ...
+
+
 class HttpConnection(asyncio.Protocol):
-    def __init__(self, app: App, access_log: AccessLog | None = None) -> None:
+    def __init__(self, app: Handler, access_log: AccessLog | None = None) -> None:
         self.app = app
         self.access_log = access_log
         self.transport: asyncio.Transport | None = None
@@ -262,7 +271,7 @@ class PacedHttpConnection(HttpConnection):
     the average holds. Heads are not paced. A subclass, so that an unlimited server runs the
     plain class with no cost at all."""
 
-    def __init__(self, app: App, access_log: AccessLog | None = None, rate: int = 0) -> None:
+    def __init__(self, app: Handler, access_log: AccessLog | None = None, rate: int = 0) -> None:
         super().__init__(app, access_log)
         if rate <= 0:
             raise ValueError(f"rate must be > 0 bytes/s, got {rate}")

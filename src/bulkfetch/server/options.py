@@ -10,6 +10,7 @@ from bulkfetch.server.app import App
 from bulkfetch.server.dataset import DataSet, SyntheticDataSet
 from bulkfetch.server.faults import Attempts, FaultConfig, FaultPlan
 from bulkfetch.server.hostile import BAD_PAGE_KINDS, BadPages, HostileNames, HugeFirstPage
+from bulkfetch.server.s3app import S3App
 from bulkfetch.server.sizes import SizeSpec, parse_size_spec
 from bulkfetch.server.tree import FileTree
 
@@ -37,6 +38,10 @@ class ServeOptions:
     ignore_ranges: bool = False  # every ranged GET is answered 200 with the whole body
     wrong_content_range: bool = False  # a ranged GET gets another range than it asked for
     etag_salt: str = ""  # mixed into every synthetic body, ETag and Last-Modified
+    # The data set as an S3 bucket too (server/s3app.py); None: the seed API only.
+    s3_bucket: str | None = None
+    s3_credentials: str | None = None  # "KEY:SECRET": S3 requests must be signed with it
+    list_latency_ms: tuple[float, float] = (0.0, 0.0)  # added to every list page's delay
 
     def __post_init__(self) -> None:
         if self.files < 0:
@@ -68,6 +73,21 @@ class ServeOptions:
             self.etag_salt.encode("utf-8")
         except UnicodeEncodeError:
             raise UsageError("--etag-salt must be valid UTF-8 text") from None
+        if self.s3_bucket is not None:
+            from bulkfetch.server.s3app import check_bucket_name
+
+            why = check_bucket_name(self.s3_bucket)
+            if why is not None:
+                raise UsageError(f"--s3-bucket {self.s3_bucket!r}: a bucket name is {why}")
+            if self.huge_page is not None or self.bad_pages:
+                raise UsageError("--huge-page and --bad-pages break the seed API's pages; "
+                                 "they do not apply with --s3")
+        elif self.s3_credentials is not None:
+            raise UsageError("--s3-credentials applies with --s3")
+        if self.s3_credentials is not None:
+            from bulkfetch.server.sigv4 import parse_credentials
+
+            parse_credentials(self.s3_credentials)  # raises UsageError naming the flag
         if self.root is not None:
             if self.etag_salt:
                 raise UsageError("--etag-salt changes synthetic files; with --root, change "
@@ -112,12 +132,20 @@ def build_dataset(options: ServeOptions) -> DataSet:
 
 
 def build_app(options: ServeOptions, port: int | None = None,
-              attempts: Attempts | None = None) -> App:
+              attempts: Attempts | None = None) -> App | S3App:
     """`port`: where the server really listens (with --port 0, known only once bound);
     `attempts`: the attempt counts faults are decided by, when shared with other processes."""
     faults = (FaultPlan(options.faults, options.seed, attempts) if options.faults.active
               else None)
-    return App(build_dataset(options), faults, show_total=options.show_total,
-               port=options.port if port is None else port,
-               digest_header=options.digest_header, ignore_ranges=options.ignore_ranges,
-               wrong_content_range=options.wrong_content_range)
+    app = App(build_dataset(options), faults, show_total=options.show_total,
+              port=options.port if port is None else port,
+              digest_header=options.digest_header, ignore_ranges=options.ignore_ranges,
+              wrong_content_range=options.wrong_content_range,
+              list_latency_ms=options.list_latency_ms)
+    if options.s3_bucket is None:
+        return app
+    if options.s3_credentials is None:
+        return S3App(app, options.s3_bucket)
+    from bulkfetch.server.sigv4 import parse_credentials
+
+    return S3App(app, options.s3_bucket, parse_credentials(options.s3_credentials))

@@ -112,6 +112,10 @@ def serve(options: ServeOptions, announce: Callable[[str], None]) -> int:
     host = f"[{options.host}]" if ":" in options.host else options.host
     line = f"serving http://{host}:{port} ({options.describe()}; {options.processes} process"
     line += "es)" if options.processes > 1 else ")"
+    if options.s3_bucket is not None:
+        signed = "signed requests only" if options.s3_credentials else "any request"
+        line += (f"; S3: s3://{options.s3_bucket}/ with --endpoint-url http://{host}:{port} "
+                 f"(path style, {signed})")
     if options.processes == 1:
         _serve_socket(options, reservation, lambda: announce(line))
         return 0

@@ -1,0 +1,138 @@
+"""`bulkfetch serve --s3` answered by real S3 clients (s5cmd, boto3) and by `bulkfetch get
+s3://`; signatures checked with --s3-credentials; `kill -9` during a parallel listing, then
+a rerun that lists no completed range again (requests counted in the server's access log)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from getkit import STATE, assert_complete, expected_files, kill_after_pages, read_journal
+from s3kit import s5cmd_binary
+
+from bulkfetch.engine import carry, ranges
+from bulkfetch.testing import ReferenceServer
+
+KEY, SECRET = "AKIDBULKFETCHTEST", "s3cr3t/with+odd=chars"
+FILES = 3000
+
+
+@pytest.fixture(scope="module")
+def signed() -> ReferenceServer:
+    with ReferenceServer("--s3", "--files", str(FILES), "--page-size", "250",
+                         "--s3-credentials", f"{KEY}:{SECRET}") as server:
+        yield server
+
+
+def env(**extra: str) -> dict[str, str]:
+    found = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return found | {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+                    "AWS_CONFIG_FILE": os.devnull,
+                    "AWS_SHARED_CREDENTIALS_FILE": os.devnull} | extra
+
+
+def get(server: ReferenceServer, dest: Path, *args: str, environ: dict[str, str] | None = None,
+        ) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bulkfetch", "get", "s3://bulkfetch", str(dest),
+         "--endpoint-url", server.url, "--workers", "2", "--quiet", *args],
+        capture_output=True, text=True, timeout=300, env=environ or env())
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_the_banner_says_where_the_bucket_is(signed: ReferenceServer) -> None:
+    assert f"S3: s3://bulkfetch/ with --endpoint-url {signed.url}" in signed.banner
+    assert "signed requests only" in signed.banner
+
+
+def test_bulkfetch_gets_the_bucket_with_signed_requests(signed: ReferenceServer,
+                                                        tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    proc = get(signed, dest, "--list-concurrency", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert_complete(dest, expected_files(FILES))
+
+
+def test_a_wrong_secret_is_exit_2_in_plain_words(signed: ReferenceServer,
+                                                 tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    proc = get(signed, dest, environ=env(AWS_SECRET_ACCESS_KEY="not-the-secret"))
+    assert proc.returncode == 2, proc.stderr
+    assert "signature" in proc.stderr.lower() and "does not match" in proc.stderr.lower()
+    assert SECRET not in proc.stderr and "not-the-secret" not in proc.stderr
+    assert sorted(os.listdir(dest)) == [STATE]
+
+
+def test_s5cmd_and_boto3_read_the_same_bucket(signed: ReferenceServer) -> None:
+    listed = subprocess.run([s5cmd_binary(), "--endpoint-url", signed.url, "ls",
+                             "s3://bulkfetch/*"], capture_output=True, text=True, timeout=120,
+                            env=env())
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[-1] for line in listed.stdout.splitlines()]
+    assert sorted(names) == sorted(expected_files(FILES))
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=signed.url, aws_access_key_id=KEY,
+                          aws_secret_access_key=SECRET, region_name="us-east-1")
+    pages = client.get_paginator("list_objects_v2").paginate(
+        Bucket="bulkfetch", PaginationConfig={"PageSize": 700})
+    objects = [item for page in pages for item in page.get("Contents", [])]
+    assert len(objects) == FILES
+    first = client.get_object(Bucket="bulkfetch", Key=objects[0]["Key"])
+    assert first["ETag"] == objects[0]["ETag"]
+    assert len(first["Body"].read()) == objects[0]["Size"] == 100
+
+
+def _list_requests(server: ReferenceServer, since: int) -> list[str | None]:
+    """start-after of every ListObjectsV2 request logged after the first `since` lines."""
+    found: list[str | None] = []
+    for request in server.requests()[since:]:
+        parts = urlsplit(request.target)
+        if parts.path == "/bulkfetch" and request.status == 200:
+            found.append(parse_qs(parts.query).get("start-after", [None])[0])
+    return found
+
+
+def _covered(dest: Path) -> list[tuple[str, str | None]]:
+    """The key intervals (after, through] of every page done, from DEST's journal."""
+    spans = []
+    for token, next_token in read_journal(
+            dest, "SELECT token, next_token FROM pages WHERE status = 'done'"):
+        span, _ = ranges.parse(carry.decode(token)[0])
+        following, ended = ranges.parse(carry.decode(next_token)[0])
+        spans.append((span.after or "", span.upto if ended else following.after))
+    return spans
+
+
+def test_kill_9_while_listing_then_no_completed_range_is_listed_again(
+        reference_server, tmp_path: Path) -> None:
+    files = 40_000
+    server = reference_server("--s3", "--files", str(files), "--list-latency", "40",
+                              access_log=True)
+    dest = tmp_path / "dest"
+    command = [sys.executable, "-m", "bulkfetch", "get", "s3://bulkfetch", str(dest),
+               "--endpoint-url", server.url, "--workers", "2", "--list-concurrency", "4",
+               "--quiet"]
+    run = subprocess.Popen(command, env=env(), start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    kill_after_pages(run, dest, 8)
+    assert run.returncode == -9
+    listing_done = read_journal(dest, "SELECT listing_done FROM run")[0][0]
+    assert not listing_done, "the listing ended before the kill: raise --files"
+    done = _covered(dest)
+    assert done
+    mark = len(server.requests())
+    rerun = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    again = [after for after in _list_requests(server, mark)
+             if any(start <= (after or "") and (end is None or (after or "") < end)
+                    for start, end in done)]
+    assert again == [], f"{len(again)} requests listed completed ranges again: {again[:5]}"
+    assert_complete(dest, expected_files(files))
+    (total,) = read_journal(dest, "SELECT sum(count) FROM pages")[0]
+    assert total == files  # every key listed exactly once over both runs
