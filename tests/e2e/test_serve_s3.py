@@ -1,6 +1,8 @@
 """`bulkfetch serve --s3` answered by real S3 clients (s5cmd, boto3) and by `bulkfetch get
 s3://`; signatures checked with --s3-credentials; `kill -9` during a parallel listing, then
-a rerun that lists no completed range again (requests counted in the server's access log)."""
+a rerun that lists no completed range again (requests counted in the server's access log);
+the --export-static of an S3 data set served by nginx, its listings by the live server the
+export names."""
 
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from getkit import STATE, assert_complete, expected_files, kill_after_pages, read_journal
 from s3kit import s5cmd_binary
+from test_get_tls import _self_signed
+from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
 
 from bulkfetch.engine import carry, ranges
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.tls import CA_VARIABLES
 
 KEY, SECRET = "AKIDBULKFETCHTEST", "s3cr3t/with+odd=chars"
 FILES = 3000
@@ -136,3 +141,63 @@ def test_kill_9_while_listing_then_no_completed_range_is_listed_again(
     assert_complete(dest, expected_files(files))
     (total,) = read_journal(dest, "SELECT sum(count) FROM pages")[0]
     assert total == files  # every key listed exactly once over both runs
+
+
+def _https(config: Path, port: int, cert: Path, key: Path) -> Path:
+    """A copy of the export's nginx config speaking only https."""
+    text = config.read_text()
+    listen = f"listen 127.0.0.1:{port} backlog=4096;"
+    assert text.count(listen) == 1, "the export's nginx.conf changed"
+    text = text.replace(listen, f"listen 127.0.0.1:{port} ssl backlog=4096;\n"
+                        f"        ssl_certificate '{cert}';\n        ssl_certificate_key '{key}';")
+    patched = config.with_name("nginx-tls.conf")
+    patched.write_text(text)
+    return patched
+
+
+@pytest.mark.nginx
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_the_static_export_serves_the_bucket_through_nginx(tmp_path: Path, tls: bool) -> None:
+    """nginx serves the objects, the live server the export names the listings; over https
+    an untrusted certificate stops the run at once (exit 2) and --ca-bundle completes it."""
+    _nginx_binary()
+    files, port, directory = 1500, _free_port(), tmp_path / "export"
+    done = _export(directory, port, "--s3", "--files", str(files), "--page-size", "300")
+    assert done.returncode == 0, done.stderr
+    command = next(line.split(":", 1)[1].split() for line in done.stdout.splitlines()
+                   if line.startswith("S3 listings:"))
+    assert command[:3] == ["bulkfetch", "serve", "--s3"], command
+    config = directory / "nginx.conf"
+    if tls:
+        cert, key = _self_signed(tmp_path, "server")
+        config = _https(config, port, cert, key)
+    lister = subprocess.Popen([sys.executable, "-m", *command], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+    nginx = Nginx(config, port)
+    endpoint = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+
+    def get_through_nginx(dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", "s3://bulkfetch", str(dest),
+             "--endpoint-url", endpoint, "--workers", "2", "--quiet", *extra],
+            capture_output=True, text=True, timeout=300,
+            env={k: v for k, v in env().items() if k not in CA_VARIABLES})
+
+    try:
+        assert lister.stdout is not None
+        assert lister.stdout.readline().startswith(b"serving http://")
+        nginx.start()
+        if tls:
+            refused = get_through_nginx(tmp_path / "untrusted")
+            assert refused.returncode == 2, refused.stderr
+            assert f"TLS certificate of 127.0.0.1:{port} was refused" in " ".join(
+                refused.stderr.split()), refused.stderr
+            assert sorted(os.listdir(tmp_path / "untrusted")) == [STATE]
+        dest = tmp_path / "dest"
+        proc = get_through_nginx(dest, *(["--ca-bundle", str(cert)] if tls else []))
+        assert proc.returncode == 0, proc.stderr
+        assert_complete(dest, expected_files(files))
+    finally:
+        nginx.stop()
+        lister.terminate()
+        lister.wait(10)

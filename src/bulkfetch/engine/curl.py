@@ -194,3 +194,9 @@ def header_values(lines: list[bytes], *names: bytes) -> tuple[str | None, ...]:
 
 def header_value(lines: list[bytes], name: bytes) -> str | None:
     return header_values(lines, name)[0]
+
+
+def last_response(headers: list[bytes]) -> list[bytes]:
+    """The header lines of the last response (after a redirect or a 100 Continue)."""
+    starts = [i for i, line in enumerate(headers) if line.startswith(b"HTTP/")]
+    return headers[starts[-1] if starts else 0 :]

@@ -3,9 +3,12 @@ page after another, split when they turn out long (ranges.py), with at most
 `--list-concurrency` requests in flight. Pages come out in the order they are listed, each
 with a token that lists it again; the coordinator journals them as the sequential lister's.
 
-Threads, not a multi loop: a listing request is one round trip of up to 1,000 keys, and
-libcurl lets the GIL go while it waits. The lister's own thread owns every decision (which
-range next, where to split, what is sent); request threads only list.
+A source that hands out libcurl handles (S3: MultiRangeSource) is listed by one thread
+driving a curl multi, which also reads the answers: 32 threads each waiting on a request
+spent twice the CPU, most of it taking the GIL from each other. Any other source (and the
+unit tests' fakes) is listed by request threads calling list_range. Either way the lister's
+own thread owns every decision (which range next, where to split, what is sent); the
+request side only lists.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+import pycurl
 
 from bulkfetch.config import RetryPolicy
 from bulkfetch.engine import carry, ranges
+from bulkfetch.engine.curl import last_response
 from bulkfetch.engine.lister import Listed, ListerEvent, ListingFailed, ListingFinished
 from bulkfetch.engine.ranges import KeyRange
 from bulkfetch.sources.base import ListedPage, ListingError
@@ -41,6 +47,24 @@ class RangeSource(Protocol):
     def clone(self) -> RangeSource:
         """A copy for another thread (its own connection)."""
         ...
+
+
+@runtime_checkable
+class MultiRangeSource(Protocol):
+    """A source whose list requests a curl multi can carry: list_range in pieces."""
+
+    def list_handle(self) -> pycurl.Curl:
+        """A new handle with everything a list request needs but its URL."""
+        ...
+
+    def range_url(self, span: KeyRange) -> str: ...
+
+    def range_page(self, span: KeyRange, status: int, headers: list[bytes],
+                   body: bytes) -> RangePage:
+        """The page of `span` in an answer. Raises ListingError."""
+        ...
+
+    def transfer_error(self, code: int, message: str, url: str) -> ListingError: ...
 
 
 @dataclass(slots=True)
@@ -120,6 +144,63 @@ class RangeLister(threading.Thread):
             except Exception as exc:  # a bug or an unexpected answer: the lister says so
                 self.answers.put(_Done(work, unexpected=exc, replay=replay))
 
+    def _serve_multi(self, source: MultiRangeSource) -> None:
+        """Every request at once on one curl multi: take requests while a handle is free,
+        read each answer as it completes."""
+        multi = pycurl.CurlMulti()
+        idle = [source.list_handle() for _ in range(self.concurrency)]
+        running: dict[pycurl.Curl, tuple[_Range, tuple[int, str, str | None] | None,
+                                         list[bytes], list[bytes]]] = {}
+        try:
+            while not self.stopping.is_set():
+                while idle:
+                    try:
+                        request = (self.requests.get(timeout=0.1) if not running
+                                   else self.requests.get_nowait())
+                    except queue.Empty:
+                        break
+                    if request is None:
+                        return
+                    handle, body, headers = idle.pop(), [], []
+                    handle.setopt(pycurl.URL, source.range_url(request[0].span))
+                    handle.setopt(pycurl.WRITEFUNCTION, body.append)
+                    handle.setopt(pycurl.HEADERFUNCTION, headers.append)
+                    multi.add_handle(handle)
+                    running[handle] = (*request, body, headers)
+                if not running:
+                    continue
+                while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+                    pass
+                _, succeeded, failed = multi.info_read()
+                for handle in succeeded:
+                    work, replay, body, headers = running.pop(handle)
+                    multi.remove_handle(handle)
+                    idle.append(handle)
+                    try:
+                        page = source.range_page(
+                            work.span, int(handle.getinfo(pycurl.RESPONSE_CODE)),
+                            last_response(headers), b"".join(body))
+                        self.answers.put(_Done(work, page=page, replay=replay))
+                    except ListingError as exc:
+                        self.answers.put(_Done(work, error=exc, replay=replay))
+                    except Exception as exc:  # a bug or an unexpected answer: say so
+                        self.answers.put(_Done(work, unexpected=exc, replay=replay))
+                for handle, code, message in failed:
+                    work, replay, _, _ = running.pop(handle)
+                    url = handle.getinfo(pycurl.EFFECTIVE_URL) or source.range_url(work.span)
+                    multi.remove_handle(handle)
+                    idle.append(handle)
+                    self.answers.put(_Done(work, error=source.transfer_error(code, message, url),
+                                           replay=replay))
+                if not succeeded and not failed:
+                    multi.select(0.05)
+        finally:
+            for handle in running:
+                multi.remove_handle(handle)
+            for handle in [*idle, *running]:
+                handle.close()
+            multi.close()
+
     def _ask(self, state: _State, work: _Range,
              replay: tuple[int, str, str | None] | None = None) -> None:
         state.busy += 1
@@ -137,12 +218,18 @@ class RangeLister(threading.Thread):
                 self.requests.put(None)
 
     def _run(self) -> None:
-        for number in range(self.concurrency):
-            source = self.source if number == 0 else self.source.clone()
-            thread = threading.Thread(target=self._serve, args=(source,), daemon=True,
-                                      name=f"bulkfetch-list-{number}")
+        if isinstance(self.source, MultiRangeSource):
+            thread = threading.Thread(target=self._serve_multi, args=(self.source,),
+                                      daemon=True, name="bulkfetch-list-multi")
             thread.start()
             self.threads.append(thread)
+        else:
+            for number in range(self.concurrency):
+                source = self.source if number == 0 else self.source.clone()
+                thread = threading.Thread(target=self._serve, args=(source,), daemon=True,
+                                          name=f"bulkfetch-list-{number}")
+                thread.start()
+                self.threads.append(thread)
         state = _State(self.start_seq)
         # Journaled pages not done: listed again by their tokens, all at once.
         for seq, token, next_token in self.replay:

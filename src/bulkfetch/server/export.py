@@ -11,12 +11,18 @@ client rather than the server. What DIR holds:
                           from the map is answered 404 like an unknown name
     nginx.conf            run with: nginx -c DIR/nginx.conf -g 'daemon off;'
     run/                  pid, error log and nginx's temp directories
+
+With --s3 the config serves the bucket too: GET/HEAD /BUCKET/KEY from files/ (with the same
+ETags), and the listing (GET /BUCKET?list-type=2...) passed to a live `bulkfetch serve --s3`
+on a second port, whose command the export prints: a listing can start after any key, so it
+cannot be pre-rendered.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -47,6 +53,8 @@ class ExportSummary:
     bytes: int
     port: int
     config: str
+    list_port: int | None = None  # with --s3: where the live server for listings must run
+    list_command: str = ""  # ... started by this command
 
 
 def export_static(options: ServeOptions, directory: str, progress: bool = False) -> ExportSummary:
@@ -58,14 +66,20 @@ def export_static(options: ServeOptions, directory: str, progress: bool = False)
                                options.file_size, options.nested, salt=options.etag_salt)
     root = _prepare(Path(directory).absolute(), dataset)
     port = options.port or _free_port(options.host)
+    list_port = None
+    if options.s3_bucket is not None:
+        list_port = _free_port(options.host)
+        while list_port == port:
+            list_port = _free_port(options.host)
     meter = _Meter(options.files, sys.stderr if progress else None)
     with open(root / "etags.map", "w", encoding="ascii") as etags:
         etags.write("map $uri $bulkfetch_etag {\n    default \"\";\n")
         pages = _write_pages_and_files(dataset, root, etags, meter)
         etags.write("}\n")
     config = root / "nginx.conf"
-    config.write_text(_nginx_conf(root, options, dataset, port), encoding="utf-8")
-    summary = ExportSummary(meter.files, pages, meter.bytes, port, str(config))
+    config.write_text(_nginx_conf(root, options, dataset, port, list_port), encoding="utf-8")
+    summary = ExportSummary(meter.files, pages, meter.bytes, port, str(config), list_port,
+                            _list_command(options, list_port) if list_port else "")
     if progress:
         _announce(summary, options.host, meter.elapsed())
     return summary
@@ -93,6 +107,8 @@ def _refuse_dynamic_behaviour(options: ServeOptions) -> None:
         refused.append("--ignore-ranges")
     if options.wrong_content_range:
         refused.append("--wrong-content-range")
+    if options.s3_credentials is not None:
+        refused.append("--s3-credentials (nginx checks no signature)")
     if refused:
         raise UsageError(f"--export-static writes the synthetic data set only; it cannot "
                          f"export {', '.join(refused)}: use the live `bulkfetch serve` for that")
@@ -227,6 +243,25 @@ def _announce(summary: ExportSummary, host: str, seconds: float) -> None:
           f"nginx config: {config}\n"
           f"run:          nginx -c {shlex.quote(config)} -g 'daemon off;'\n"
           f"serves:       http://{url_host}:{summary.port}/list")
+    if summary.list_port is not None:
+        print(f"S3 listings:  {summary.list_command}\n"
+              f"S3 bucket:    --endpoint-url http://{url_host}:{summary.port} (path style)")
+
+
+def _list_command(options: ServeOptions, list_port: int) -> str:
+    """The `bulkfetch serve --s3` that answers the export's S3 listings."""
+    words = ["bulkfetch", "serve", "--s3", "--s3-bucket", str(options.s3_bucket), "--files",
+             str(options.files), "--page-size", str(options.page_size), "--file-size",
+             options.file_size.spec(), "--seed", str(options.seed)]
+    if options.nested:
+        words.append("--nested")
+    if options.etag_salt:
+        words += ["--etag-salt", options.etag_salt]
+    low, high = options.list_latency_ms
+    if high > 0:
+        words += ["--list-latency", f"{low:g}" if low == high else f"{low:g}-{high:g}"]
+    words += ["--host", options.host, "--port", str(list_port), "--processes", "1"]
+    return shlex.join(words)
 
 
 # -- nginx ------------------------------------------------------------------------------------
@@ -253,8 +288,32 @@ def _listen_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _nginx_conf(root: Path, options: ServeOptions, dataset: SyntheticDataSet, port: int) -> str:
+def _s3_locations(bucket: str, host: str, list_port: int) -> tuple[str, str]:
+    """(the upstream block, the locations) of the bucket: listings proxied over kept-alive
+    connections, objects served as the seed API's /get/ files."""
+    upstream = (f"    upstream bulkfetch_s3_list {{\n"
+                f"        server {_listen_address(host, list_port)};\n"
+                f"        keepalive 64;\n    }}\n")
+    locations = f"""
+        location = /{bucket} {{
+            proxy_pass http://bulkfetch_s3_list;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+
+        location /{bucket}/ {{
+            rewrite ^/{re.escape(bucket)}/(.*)$ /get/$1 last;
+        }}
+"""
+    return upstream, locations
+
+
+def _nginx_conf(root: Path, options: ServeOptions, dataset: SyntheticDataSet, port: int,
+                list_port: int | None = None) -> str:
     run = root / "run"
+    upstream, s3_locations = ("", "") if options.s3_bucket is None or list_port is None \
+        else _s3_locations(options.s3_bucket, options.host, list_port)
     max_size, bucket_size = _map_hash_sizes(dataset)
     user = "user root;\n" if os.geteuid() == 0 else ""  # root's tmp dirs are often mode 0700
     total = (f"        add_header X-Total-Files {dataset.total};\n"
@@ -292,7 +351,7 @@ http {{
     map_hash_max_size {max_size};
     map_hash_bucket_size {bucket_size};
     include {_nginx_string(str(root / "etags.map"))};
-
+{upstream}
     # $arg_next-marker cannot be written (the hyphen ends the name), so match the query.
     map $args $bulkfetch_page {{
         "~(?:^|&)next-marker=(?<token>[A-Za-z0-9_-]+)(?:&|$)" /next/$token;
@@ -328,7 +387,7 @@ http {{
             }}
             add_header ETag $bulkfetch_etag always;
         }}
-
+{s3_locations}
         location / {{
             return 404;
         }}

