@@ -7,8 +7,8 @@ the data set as files and an nginx config serving GET /bulkfetch/KEY from them (
 MD5), with the listing (GET /bulkfetch?list-type=2...) passed to a live `bulkfetch serve
 --s3` on another port; nginx and that server run pinned to core 0, every client pinned to
 core 1. With --tls, nginx speaks only https with a self-signed certificate, which each
-client is told to trust (bulkfetch --ca-bundle, s5cmd through SSL_CERT_FILE, rclone
---ca-cert, boto3 verify=FILE).
+client is told to trust (bulkfetch --ca-bundle, s5cmd through AWS_CA_BUNDLE (it ignores
+SSL_CERT_FILE), rclone --ca-cert, boto3 verify=FILE).
 
 Rows, each writing every object to DEST/KEY on a new ext4 (when root can make one):
 - bulkfetch: `bulkfetch get s3://bulkfetch DEST --endpoint-url URL --workers 1`
@@ -18,7 +18,7 @@ Rows, each writing every object to DEST/KEY on a new ext4 (when root can make on
 
 Every round runs each row once, every other round in reverse order. Printed: each row's
 median files/s and CPU per file (user + sys of its process tree), peak RSS, whether DEST
-holds exactly every object (a sample of 2,000 compared by MD5), and the bars: bulkfetch at
+holds exactly every object (a sample compared by MD5 with the export), and the bars: bulkfetch at
 least 2x s5cmd's files/s and at most half its CPU per file, at least 5x rclone's files/s
 and 10x boto3's (over TLS: at least 2x s5cmd).
 """
@@ -131,7 +131,7 @@ def rows_for(url: str, work: Path, client: list[str], cert: Path | None,
                           str(work / "report.json"), *trust], CREDENTIALS),
         Row("s5cmd", [*client, s5cmd_binary(), "--endpoint-url", url, "cp",
                       f"s3://{BUCKET}/*", dest + "/"],
-            CREDENTIALS | ({} if cert is None else {"SSL_CERT_FILE": str(cert)})),
+            CREDENTIALS | ({} if cert is None else {"AWS_CA_BUNDLE": str(cert)})),
         Row("rclone", [*client, rclone, "copy", f"s3:{BUCKET}", dest, "--transfers", "64",
                        "--checkers", "64", "--config", os.devnull,
                        *([] if cert is None else ["--ca-cert", str(cert)])],

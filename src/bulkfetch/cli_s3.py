@@ -121,8 +121,8 @@ def list_bucket(url: str, long_format: bool, flags: dict[str, Any],
             page = event.page
             items = page.items
             # plain names (no refusal marked, nothing to quote) are shown as they are
-            names = items if all_plain(items) else [shown(item.partition("\0")[0])
-                                                    for item in items]
+            names = items if page.plain or all_plain(items) else [
+                shown(item.partition("\0")[0]) for item in items]
             if long_format and page.sizes is not None:
                 out.write("".join(f"{size}\t{name}\n"
                                   for size, name in zip(page.sizes, names, strict=True)))

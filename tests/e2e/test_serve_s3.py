@@ -6,14 +6,23 @@ export names."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from getkit import STATE, assert_complete, expected_files, kill_after_pages, read_journal
+from getkit import (
+    STATE,
+    assert_complete,
+    expected_files,
+    kill_after_pages,
+    read_journal,
+    stored_files,
+)
 from s3kit import s5cmd_binary
 from test_get_tls import _self_signed
 from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
@@ -91,6 +100,52 @@ def test_s5cmd_and_boto3_read_the_same_bucket(signed: ReferenceServer) -> None:
     first = client.get_object(Bucket="bulkfetch", Key=objects[0]["Key"])
     assert first["ETag"] == objects[0]["ETag"]
     assert len(first["Body"].read()) == objects[0]["Size"] == 100
+
+
+def test_temporary_credentials_need_their_session_token(reference_server,
+                                                        tmp_path: Path) -> None:
+    token = "FwoGZXIvYXdzEBYaD+session/token=="
+    server = reference_server("--s3", "--files", "200", "--s3-credentials", f"{KEY}:{SECRET}",
+                              "--s3-session-token", token)
+    with_token = get(server, tmp_path / "ok", environ=env(AWS_SESSION_TOKEN=token))
+    assert with_token.returncode == 0, with_token.stderr
+    assert_complete(tmp_path / "ok", expected_files(200))
+    without = get(server, tmp_path / "no")
+    assert without.returncode == 2, without.stderr
+    assert "InvalidToken" in without.stderr and "session token" in without.stderr
+    wrong = get(server, tmp_path / "wrong", environ=env(AWS_SESSION_TOKEN="another"))
+    assert wrong.returncode == 2 and "another" not in wrong.stderr, wrong.stderr
+    for dest in ("ok", "no", "wrong"):  # the token is a secret too
+        for path in (tmp_path / dest).rglob("*"):
+            if path.is_file():
+                assert token.encode() not in path.read_bytes(), path
+
+
+def test_faults_answered_in_s3_words(reference_server, tmp_path: Path) -> None:
+    """503 SlowDown and 500 are retried, a corrupted body is caught by its MD5 and fetched
+    again, a denied key (403 AccessDenied, 404 NoSuchKey...) fails alone, named."""
+    files = 4000
+    server = reference_server("--s3", "--files", str(files), "--fail-rate", "0.03",
+                              "--corrupt-rate", "0.02", "--deny-rate", "0.01", "--seed", "5")
+    dest, report = tmp_path / "dest", tmp_path / "r.json"
+    proc = get(server, dest, "--report", str(report))
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(report.read_text())
+    failed = {failure["name"]: failure["reason"] for failure in data["failures"]}
+    assert 10 < len(failed) < 100, len(failed)
+    assert all(re.search(r"HTTP (40[0134]|410)( [A-Za-z]+)?", reason)
+               for reason in failed.values()), failed
+    assert any("AccessDenied" in reason for reason in failed.values()), failed
+    assert data["retries"] > 100, data["retries"]
+    expected = expected_files(files, seed=5)
+    stored = {name: digest for name, digest in expected.items() if name not in failed}
+    assert_complete_except(dest, stored)
+
+
+def assert_complete_except(dest: Path, expected: dict[str, str]) -> None:
+    stored = stored_files(dest)
+    assert set(stored) == set(expected), sorted(set(stored) ^ set(expected))[:10]
+    assert [name for name, digest in expected.items() if stored[name] != digest] == []
 
 
 def _list_requests(server: ReferenceServer, since: int) -> list[str | None]:

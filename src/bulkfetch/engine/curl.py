@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import time
@@ -200,3 +201,14 @@ def last_response(headers: list[bytes]) -> list[bytes]:
     """The header lines of the last response (after a redirect or a 100 Continue)."""
     starts = [i for i, line in enumerate(headers) if line.startswith(b"HTTP/")]
     return headers[starts[-1] if starts else 0 :]
+
+
+def perform_get(handle: pycurl.Curl, url: str) -> tuple[int, list[bytes], bytes]:
+    """GET `url` on `handle` to its end: (status, the last response's header lines, body).
+    pycurl.error goes to the caller, who knows what a failure means for it."""
+    body, headers = io.BytesIO(), []
+    handle.setopt(pycurl.URL, url)
+    handle.setopt(pycurl.WRITEDATA, body)
+    handle.setopt(pycurl.HEADERFUNCTION, headers.append)
+    handle.perform()
+    return int(handle.getinfo(pycurl.RESPONSE_CODE)), last_response(headers), body.getvalue()

@@ -36,13 +36,36 @@ class ListingFailed:
 ListerEvent = Listed | ListingFinished | ListingFailed
 
 
-class Lister(threading.Thread):
+class ListerThread(threading.Thread):
+    """What both listers share: events out on a bounded queue, a stop flag, retry jitter."""
+
+    def __init__(self, name: str, ahead: int) -> None:
+        super().__init__(name=name, daemon=True)
+        self.out: queue.Queue[ListerEvent] = queue.Queue(maxsize=max(1, ahead))
+        self.stopping = threading.Event()
+        self.rng = random.Random()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _put(self, event: ListerEvent) -> bool:
+        """Hand `event` over; False once the lister is stopped while the queue is full."""
+        while not self.stopping.is_set():
+            try:
+                self.out.put(event, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
+class Lister(ListerThread):
     def __init__(self, source: Source, policy: RetryPolicy,
                  replay: list[tuple[int, str | None, str | None]],
                  start_seq: int, start_token: str | None, list_more: bool, ahead: int,
                  before: tuple[int, str | None] | None = None,
                  key_of: Callable[[str], str] | None = None) -> None:
-        super().__init__(name="bulkfetch-lister", daemon=True)
+        super().__init__("bulkfetch-lister", ahead)
         self.source = source
         self.policy = policy
         self.replay = replay
@@ -52,21 +75,7 @@ class Lister(threading.Thread):
         self.before = before  # (seq, token) of the page before start_seq, when resuming
         # An item's sample key: with it, a page never ends inside a sample (carry.py).
         self.key_of = key_of
-        self.out: queue.Queue[ListerEvent] = queue.Queue(maxsize=max(1, ahead))
-        self.stopping = threading.Event()
-        self.rng = random.Random()
 
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def _put(self, event: ListerEvent) -> bool:
-        while not self.stopping.is_set():
-            try:
-                self.out.put(event, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
 
     def _list(self, seq: int, token: str | None) -> ListedPage | None:
         """The source's page for a journaled token (its carried items not added)."""

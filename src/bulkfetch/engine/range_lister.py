@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import queue
-import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import pycurl
 from bulkfetch.config import RetryPolicy
 from bulkfetch.engine import carry, ranges
 from bulkfetch.engine.curl import last_response
-from bulkfetch.engine.lister import Listed, ListerEvent, ListingFailed, ListingFinished
+from bulkfetch.engine.lister import Listed, ListerThread, ListingFailed, ListingFinished
 from bulkfetch.engine.ranges import KeyRange
 from bulkfetch.sources.base import ListedPage, ListingError
 
@@ -37,6 +36,7 @@ class RangePage:
     keys: tuple[str, ...]  # every key the store listed in the range (for split points)
     more: bool  # the range goes on after keys[-1]
     sizes: tuple[int, ...] | None = None  # the items' sizes, when the store lists them
+    plain: bool = False  # every item a plain name (the source checked the page at once)
 
 
 class RangeSource(Protocol):
@@ -92,13 +92,13 @@ class _State:
     busy: int = 0  # requests in flight
 
 
-class RangeLister(threading.Thread):
+class RangeLister(ListerThread):
     def __init__(self, source: RangeSource, policy: RetryPolicy,
                  replay: list[tuple[int, str | None, str | None]],
                  journaled: Sequence[tuple[str, str | None]], start_seq: int,
                  list_more: bool, ahead: int, concurrency: int,
                  key_of: Callable[[str], str] | None = None) -> None:
-        super().__init__(name="bulkfetch-range-lister", daemon=True)
+        super().__init__("bulkfetch-range-lister", ahead)
         self.source = source
         self.policy = policy
         self.replay = replay
@@ -107,25 +107,11 @@ class RangeLister(threading.Thread):
         self.list_more = list_more
         self.concurrency = max(1, concurrency)
         self.key_of = key_of
-        self.out: queue.Queue[ListerEvent] = queue.Queue(maxsize=max(1, ahead))
-        self.stopping = threading.Event()
-        self.rng = random.Random()
         self.requests: queue.Queue[tuple[_Range, tuple[int, str, str | None] | None] | None] \
             = queue.Queue()
         self.answers: queue.Queue[_Done] = queue.Queue()
         self.threads: list[threading.Thread] = []
 
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def _put(self, event: ListerEvent) -> bool:
-        while not self.stopping.is_set():
-            try:
-                self.out.put(event, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
 
     # -- request threads ---------------------------------------------------------------
     def _serve(self, source: RangeSource) -> None:
@@ -340,7 +326,8 @@ class RangeLister(threading.Thread):
         next_range_token = ranges.token(following) if more else ranges.end_token(span)
         listed = Listed(state.seq, token, ListedPage(
             work.carried + page.items, next_range_token,
-            sizes=None if work.carried or self.key_of else page.sizes))
+            sizes=None if work.carried or self.key_of else page.sizes,
+            plain=page.plain and not work.carried))
         state.seq += 1
         work.span, work.carried = following, ()
         if self.key_of is not None:

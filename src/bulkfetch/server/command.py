@@ -108,6 +108,10 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
                    "this access key and secret, as a real store does (403 "
                    "SignatureDoesNotMatch, InvalidAccessKeyId, AccessDenied). Unset: "
                    "signatures are not checked.")
+@click.option("--s3-session-token", default=None, metavar="TOKEN",
+              help="With --s3-credentials: the credentials are temporary, and every request "
+                   "must carry this session token (x-amz-security-token, signed), else 403 "
+                   "InvalidToken.")
 @click.option("--list-latency", default=None, metavar="MS|MIN-MAX",
               help="Delay every list page (seed API and S3) by MS milliseconds, or uniformly "
                    "MIN-MAX, on top of --latency: a store far away, for listing benchmarks.")
@@ -130,7 +134,8 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
           deny_rate: float, huge_page: int | None, hostile_names: bool,
           bad_pages: str | None, digest_header: bool, bandwidth: str | None,
           ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, s3: bool,
-          s3_bucket: str, s3_credentials: str | None, list_latency: str | None, host: str,
+          s3_bucket: str, s3_credentials: str | None, s3_session_token: str | None,
+          list_latency: str | None, host: str,
           port: int, processes: int | None, access_log: str | None,
           export_static: str | None) -> None:
     """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME;
@@ -189,6 +194,7 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
             etag_salt=etag_salt,
             s3_bucket=s3_bucket if s3 else None,
             s3_credentials=s3_credentials,
+            s3_session_token=s3_session_token,
             list_latency_ms=parse_latency(list_latency, "--list-latency") if list_latency
             else (0.0, 0.0),
         )

@@ -108,7 +108,7 @@ def _refuse_dynamic_behaviour(options: ServeOptions) -> None:
     if options.wrong_content_range:
         refused.append("--wrong-content-range")
     if options.s3_credentials is not None:
-        refused.append("--s3-credentials (nginx checks no signature)")
+        refused.append("--s3-credentials and --s3-session-token (nginx checks no signature)")
     if refused:
         raise UsageError(f"--export-static writes the synthetic data set only; it cannot "
                          f"export {', '.join(refused)}: use the live `bulkfetch serve` for that")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ class ServeOptions:
     # The data set as an S3 bucket too (server/s3app.py); None: the seed API only.
     s3_bucket: str | None = None
     s3_credentials: str | None = None  # "KEY:SECRET": S3 requests must be signed with it
+    s3_session_token: str | None = None  # ... and carry this token (temporary credentials)
     list_latency_ms: tuple[float, float] = (0.0, 0.0)  # added to every list page's delay
 
     def __post_init__(self) -> None:
@@ -84,6 +86,9 @@ class ServeOptions:
                                  "they do not apply with --s3")
         elif self.s3_credentials is not None:
             raise UsageError("--s3-credentials applies with --s3")
+        if self.s3_session_token is not None and self.s3_credentials is None:
+            raise UsageError("--s3-session-token goes with --s3-credentials (the temporary "
+                             "access key and secret it belongs to)")
         if self.s3_credentials is not None:
             from bulkfetch.server.sigv4 import parse_credentials
 
@@ -148,4 +153,6 @@ def build_app(options: ServeOptions, port: int | None = None,
         return S3App(app, options.s3_bucket)
     from bulkfetch.server.sigv4 import parse_credentials
 
-    return S3App(app, options.s3_bucket, parse_credentials(options.s3_credentials))
+    credentials = dataclasses.replace(parse_credentials(options.s3_credentials),
+                                      session_token=options.s3_session_token)
+    return S3App(app, options.s3_bucket, credentials)

@@ -67,9 +67,11 @@ class ServerCredentials:
 
     access_key: str
     secret_key: str
+    session_token: str | None = None  # temporary credentials: the token must come, signed
 
     def __repr__(self) -> str:  # never print the secret
-        return f"ServerCredentials(access_key={self.access_key!r}, secret_key='***')"
+        token = ", session_token='***'" if self.session_token is not None else ""
+        return f"ServerCredentials(access_key={self.access_key!r}, secret_key='***'{token})"
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ _BAD_CONTENT_SHA = Refusal(
     400, "InvalidArgument",
     "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, a STREAMING-... value "
     "or a valid sha256 value.")
+# a temporary key's request without its session token, or with another one
+_BAD_TOKEN = Refusal(403, "InvalidToken", "The provided token is malformed or otherwise invalid.")
 
 
 def _malformed(detail: str) -> Refusal:
@@ -374,6 +378,9 @@ def _verify_header(method: str, path: str, pairs: list[tuple[str, str]],
         return _SKEWED
     if _unsigned(headers, signed):
         return _UNSIGNED_HEADERS
+    if credentials.session_token is not None and not hmac.compare_digest(
+            _raw(headers.get("x-amz-security-token", "")), _raw(credentials.session_token)):
+        return _BAD_TOKEN
     payload = _payload_hash(method, headers)
     if isinstance(payload, Refusal):
         return payload

@@ -16,6 +16,7 @@ class ListedPage:
     next_token: str | None
     total: int | None = None  # files in the whole listing, when the source says so
     sizes: tuple[int, ...] | None = None  # the items' sizes, when the listing says them
+    plain: bool = False  # every item is a plain name (names.is_plain), as the source checked
 
 
 def unusable_name(item: str) -> str:

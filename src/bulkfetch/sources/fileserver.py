@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
@@ -13,6 +12,7 @@ from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, SourceShape, Timeouts, TlsOp
 from bulkfetch.engine.curl import (
     header_value,
     new_handle,
+    perform_get,
     retry_after_seconds,
     retryable_status,
     tls_failure,
@@ -122,12 +122,8 @@ class FileServerSource:
             # libcurl refuses a larger announced Content-Length and stops a longer body.
             self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
         handle = self._handle
-        body, headers = io.BytesIO(), []
-        handle.setopt(pycurl.URL, url)
-        handle.setopt(pycurl.WRITEDATA, body)
-        handle.setopt(pycurl.HEADERFUNCTION, headers.append)
         try:
-            handle.perform()
+            return perform_get(handle, url)
         except pycurl.error as exc:
             code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
             if code == pycurl.E_FILESIZE_EXCEEDED:
@@ -141,7 +137,3 @@ class FileServerSource:
                 raise ListingError(fatal, retryable=False, usage=True) from None
             raise ListingError(f"{_where(url)}: {message} (curl error {code})",
                                retryable=True) from None
-        status = int(handle.getinfo(pycurl.RESPONSE_CODE))
-        # After redirects only the last response's headers count.
-        starts = [i for i, line in enumerate(headers) if line.startswith(b"HTTP/")]
-        return status, headers[starts[-1] if starts else 0 :], body.getvalue()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import copy
 import fnmatch
-import io
 import itertools
 import operator
 import re
@@ -28,8 +27,8 @@ import pycurl
 from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, S3Options, Timeouts, TlsOptions
 from bulkfetch.engine.curl import (
     header_value,
-    last_response,
     new_handle,
+    perform_get,
     retry_after_seconds,
     retryable_status,
     tls_failure,
@@ -107,6 +106,7 @@ _KEY = re.compile(r"<Key>([^<&]*)</Key>")
 _SIZE = re.compile(r"<Size>([0-9]{1,20})</Size>")
 _TRUNCATED = re.compile(r"<IsTruncated>\s*(true|false)\s*</IsTruncated>")
 _URL_ENCODED = "<EncodingType>url</EncodingType>"
+_KEY_COUNT = re.compile(r"<KeyCount>([0-9]{1,9})</KeyCount>")
 
 
 def _plain_listing(body: bytes) -> tuple[list[str], list[int], bool, bool] | None:
@@ -124,13 +124,17 @@ def _plain_listing(body: bytes) -> tuple[list[str], list[int], bool, bool] | Non
         return None
     at = text.find("<IsTruncated>")
     truncated = _TRUNCATED.match(text, at) if at >= 0 else None
+    if truncated is None:
+        return None
     keys, sizes = _KEY.findall(text), _SIZE.findall(text)
     count = len(keys)
-    # A Key or Size these patterns do not take (an entity, CDATA) leaves a Contents short
-    # of one. (A comment could hold a whole Contents, read as one more key: a store can list
-    # any key anyway, and every name is checked before anything is written.)
-    if (truncated is None or text.count("<IsTruncated>") != 1 or len(sizes) != count
-            or text.count("<Contents") != count):
+    # A Key or Size these patterns do not take (an entity, CDATA) leaves the page short of
+    # the keys ListObjectsV2 says it holds (KeyCount, near the top: no scan of the page; no
+    # delimiter is sent, so no common prefix counts). A comment could hold a whole
+    # Contents, read as one more key: a store can list any key anyway, and every name is
+    # checked before anything is written.
+    stated = _KEY_COUNT.search(text)
+    if len(sizes) != count or (int(stated[1]) if stated else text.count("<Contents")) != count:
         return None
     return keys, list(map(int, sizes)), truncated[1] == "true", True
 
@@ -239,8 +243,8 @@ class S3Source:
         if span.upto is not None and keys and keys[-1] > span.upto:
             keys = keys[:bisect.bisect_right(keys, span.upto)]
             more = False
-        items, item_sizes = self._items(keys, sizes, where)
-        return RangePage(items, tuple(keys), more, item_sizes)
+        items, item_sizes, plain = self._items(keys, sizes, where)
+        return RangePage(items, tuple(keys), more, item_sizes, plain)
 
     def transfer_error(self, code: int, message: str, url: str) -> ListingError:
         """What a list request libcurl failed with (`url`: where it went) means."""
@@ -314,9 +318,9 @@ class S3Source:
         return raw, sizes, truncated, encoded
 
     def _items(self, keys: list[str], sizes: list[int], where: str
-               ) -> tuple[tuple[str, ...], tuple[int, ...]]:
-        """The items to fetch (names under the prefix, refused ones marked) and their
-        sizes (-1: not listed)."""
+               ) -> tuple[tuple[str, ...], tuple[int, ...], bool]:
+        """The items to fetch (names under the prefix, refused ones marked), their sizes
+        (-1: not listed), and whether every item is a plain name."""
         prefix, skip, taken = self.prefix, len(self.prefix), self.taken
         if taken is None and keys and keys[0].startswith(prefix) \
                 and keys[-1].startswith(prefix) and all_plain(keys):
@@ -324,7 +328,7 @@ class S3Source:
             # neither empty nor directory markers nor anything but ASCII: the common page.
             names = keys if not skip else [key[skip:] for key in keys]
             if all(names):
-                return tuple(names), tuple(sizes)
+                return tuple(names), tuple(sizes), True
         items: list[str] = []
         item_sizes: list[int] = []
         for key, size in zip(keys, sizes, strict=False):
@@ -344,21 +348,15 @@ class S3Source:
             else:
                 items.append(name)
             item_sizes.append(size)
-        return tuple(items), tuple(item_sizes)
+        return tuple(items), tuple(item_sizes), False
 
     def _get(self, url: str) -> tuple[int, list[bytes], bytes]:
         if self._handle is None:
             self._handle = self.list_handle()
         handle = self._handle
-        body, headers = io.BytesIO(), []
-        handle.setopt(pycurl.URL, url)
-        handle.setopt(pycurl.WRITEDATA, body)
-        handle.setopt(pycurl.HEADERFUNCTION, headers.append)
         try:
-            handle.perform()
+            return perform_get(handle, url)
         except pycurl.error as exc:
             code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
             raise self.transfer_error(code, message, handle.getinfo(pycurl.EFFECTIVE_URL)
                                       or url) from None
-        return int(handle.getinfo(pycurl.RESPONSE_CODE)), last_response(headers), \
-            body.getvalue()
