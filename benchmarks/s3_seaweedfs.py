@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=50_000)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bulkfetch-seaweedfs-"))
+    (work / "weed").mkdir()
     data = objects(args.objects)
     with seaweedfs(work / "weed") as server:
         client = s3_client(server)
