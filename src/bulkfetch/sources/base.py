@@ -9,6 +9,11 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import unquote_to_bytes
 
+import pycurl
+
+from bulkfetch.config import TlsOptions
+from bulkfetch.engine.curl import tls_failure
+
 
 @dataclass(frozen=True, slots=True)
 class ListedPage:
@@ -68,3 +73,18 @@ class Source(Protocol):
         """The URLs of a page's items when every item is a plain name (safe as a path and
         in a URL, so name == item), else None: the caller then resolves item by item."""
         ...
+
+
+def listing_transfer_error(code: int, message: str, url: str, where: str, max_page_size: int,
+                           tls: TlsOptions | None) -> ListingError:
+    """What a list request libcurl failed with means (`url`: where it went, after any
+    redirect; `where`: the listing, for the message): a page over --max-page-size or a
+    refused certificate is final, anything else is worth another try."""
+    if code == pycurl.E_FILESIZE_EXCEEDED:
+        return ListingError(f"{where}: a list page larger than {max_page_size:,} bytes; a "
+                            "server sending pages this large is broken or hostile (raise "
+                            "--max-page-size if you trust it)", retryable=False)
+    fatal = tls_failure(code, message, url, tls)
+    if fatal is not None:  # retrying would only ask the same certificate again
+        return ListingError(fatal, retryable=False, usage=True)
+    return ListingError(f"{where}: {message} (curl error {code})", retryable=True)

@@ -15,11 +15,10 @@ from bulkfetch.engine.curl import (
     perform_get,
     retry_after_seconds,
     retryable_status,
-    tls_failure,
 )
 from bulkfetch.errors import UsageError
 from bulkfetch.names import all_plain, is_plain
-from bulkfetch.sources.base import ListedPage, ListingError
+from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
 
 
 def redact(url: str) -> str:
@@ -126,14 +125,6 @@ class FileServerSource:
             return perform_get(handle, url)
         except pycurl.error as exc:
             code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
-            if code == pycurl.E_FILESIZE_EXCEEDED:
-                raise ListingError(
-                    f"{_where(url)}: the page is larger than {self.max_page_size:,} bytes; a "
-                    "server sending pages this large is broken or hostile (raise --max-page-size "
-                    "if you trust it)", retryable=False) from None
-            fatal = tls_failure(code, message, handle.getinfo(pycurl.EFFECTIVE_URL) or url,
-                                self.tls)
-            if fatal is not None:  # retrying would only ask the same certificate again
-                raise ListingError(fatal, retryable=False, usage=True) from None
-            raise ListingError(f"{_where(url)}: {message} (curl error {code})",
-                               retryable=True) from None
+            raise listing_transfer_error(code, message,
+                                         handle.getinfo(pycurl.EFFECTIVE_URL) or url,
+                                         _where(url), self.max_page_size, self.tls) from None

@@ -31,14 +31,13 @@ from bulkfetch.engine.curl import (
     perform_get,
     retry_after_seconds,
     retryable_status,
-    tls_failure,
 )
 from bulkfetch.engine.range_lister import RangePage
 from bulkfetch.engine.ranges import KeyRange
 from bulkfetch.names import all_plain
 from bulkfetch.s3.profiles import resolve_settings
 from bulkfetch.s3.settings import S3Settings, parse_s3_url
-from bulkfetch.sources.base import ListedPage, ListingError
+from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
 
 KEYS_PER_PAGE = 1000  # ListObjectsV2's most
 # S3 error codes after which another attempt may succeed, whatever the status says.
@@ -248,15 +247,9 @@ class S3Source:
 
     def transfer_error(self, code: int, message: str, url: str) -> ListingError:
         """What a list request libcurl failed with (`url`: where it went) means."""
-        where = f"listing s3://{self.bucket}/{self.prefix}"
-        if code == pycurl.E_FILESIZE_EXCEEDED:
-            return ListingError(f"{where}: a list page larger than {self.max_page_size:,} "
-                                "bytes (raise --max-page-size if you trust the store)",
-                                retryable=False)
-        fatal = tls_failure(code, message, url, self.tls)
-        if fatal is not None:  # retrying would only ask the same certificate again
-            return ListingError(fatal, retryable=False, usage=True)
-        return ListingError(f"{where}: {message} (curl error {code})", retryable=True)
+        return listing_transfer_error(code, message, url,
+                                      f"listing s3://{self.bucket}/{self.prefix}",
+                                      self.max_page_size, self.tls)
 
     def clone(self) -> S3Source:
         twin = copy.copy(self)
