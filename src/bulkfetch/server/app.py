@@ -212,6 +212,18 @@ class App:
         return self._apply(decision, self._get(quoted_name, method, headers), method, target,
                            headers)
 
+    def refuse(self, fault: Fault, target: str) -> Response:
+        """The answer to a request --max-concurrent (Fault.OVERLOAD: 503) or --max-rps
+        (Fault.THROTTLE: 429) turned away before it was handled, with Retry-After: 1."""
+        if fault is Fault.OVERLOAD:
+            refused = _error(503, "too many requests in flight (--max-concurrent)",
+                             [("Retry-After", "1")])
+        else:
+            refused = _error(429, "too many requests a second (--max-rps)",
+                             [("Retry-After", "1")])
+        refused.fault = fault
+        return refused
+
     # -- faults --------------------------------------------------------------------------
     def _decide(self, target: str, corruptible: bool, file: bool = True) -> Decision:
         return self.faults.decide(target, corruptible, file) if self.faults else NO_FAULT

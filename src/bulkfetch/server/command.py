@@ -10,6 +10,8 @@ import click
 
 from bulkfetch.errors import UsageError
 
+MAX_RPS = 10_000_000  # as server.limits.MAX_RPS (not imported: the server loads when it runs)
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -35,10 +37,12 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
 @_rate("--fail-rate", "Answer this share of requests with 500, or 503 with Retry-After "
                       "(seconds or HTTP-date, as --retry-after says).")
 @_rate("--throttle-rate", "Answer this share with 429 and Retry-After (seconds or HTTP-date).")
-@click.option("--retry-after", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--retry-after", type=click.IntRange(min=0), default=0, show_default=True,
               metavar="SECONDS",
-              help="Retry-After sent with 429 and 503 answers; any size (1000000000 too): the "
-                   "HTTP-date form stops at the year 9999.")
+              help="Retry-After sent with --fail-rate's 503 and --throttle-rate's 429 answers; "
+                   "any size (1000000000 too): the HTTP-date form stops at the year 9999. A "
+                   "client like bulkfetch pauses the whole host that long on each one, so a "
+                   "random share of them with SECONDS > 0 slows every client down.")
 @click.option("--latency", default=None, metavar="MS|MIN-MAX",
               help="Delay every answer by MS milliseconds, or uniformly MIN-MAX.")
 @_rate("--truncate-rate", "Announce the full length but close the connection mid-body.")
@@ -115,6 +119,15 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
 @click.option("--list-latency", default=None, metavar="MS|MIN-MAX",
               help="Delay every list page (seed API and S3) by MS milliseconds, or uniformly "
                    "MIN-MAX, on top of --latency: a store far away, for listing benchmarks.")
+@click.option("--max-concurrent", type=click.IntRange(min=1), default=None, metavar="N",
+              help="At most N requests in flight at once, counted across all server processes "
+                   "(from the parsed head until the answer is written; waiting out --latency "
+                   "counts). One more is answered at once with 503 and Retry-After: 1 (S3: "
+                   "SlowDown), logged as fault 'overload'. Off by default.")
+@click.option("--max-rps", type=click.IntRange(1, MAX_RPS), default=None, metavar="N",
+              help="At most N requests accepted in any one second, counted across all server "
+                   "processes. One more is answered at once with 429 and Retry-After: 1 (S3: "
+                   "503 SlowDown), logged as fault 'throttle'. Off by default.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="Port to listen on; 0 picks a free one.")
@@ -135,7 +148,7 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
           bad_pages: str | None, digest_header: bool, bandwidth: str | None,
           ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, s3: bool,
           s3_bucket: str, s3_credentials: str | None, s3_session_token: str | None,
-          list_latency: str | None, host: str,
+          list_latency: str | None, max_concurrent: int | None, max_rps: int | None, host: str,
           port: int, processes: int | None, access_log: str | None,
           export_static: str | None) -> None:
     """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME;
@@ -197,6 +210,8 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
             s3_session_token=s3_session_token,
             list_latency_ms=parse_latency(list_latency, "--list-latency") if list_latency
             else (0.0, 0.0),
+            max_concurrent=max_concurrent,
+            max_rps=max_rps,
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from None

@@ -107,6 +107,10 @@ def _refuse_dynamic_behaviour(options: ServeOptions) -> None:
         refused.append("--ignore-ranges")
     if options.wrong_content_range:
         refused.append("--wrong-content-range")
+    if options.max_concurrent is not None:
+        refused.append("--max-concurrent")
+    if options.max_rps is not None:
+        refused.append("--max-rps")
     if options.s3_credentials is not None:
         refused.append("--s3-credentials and --s3-session-token (nginx checks no signature)")
     if refused:

@@ -34,6 +34,8 @@ class Fault(enum.Enum):
     REDIRECT = "redirect"  # 302 elsewhere: another host name, file://, itself, ?redirected=1
     ENCODING = "encoding"  # Content-Encoding: gzip, gzip over a gzip bomb
     DENY = "deny"  # per name, not per attempt: 400, 401, 403, 404 or 410 every time
+    # Not injected at random: --max-concurrent's refusals (503); --max-rps's count as THROTTLE
+    OVERLOAD = "overload"
 
 
 # Per-attempt faults in the order their rates are stacked on [0, 1). New faults go at the
@@ -83,7 +85,7 @@ class FaultConfig:
     encoding_rate: float = 0.0
     deny_rate: float = 0.0  # per name; not part of the per-attempt sum
     latency_ms: tuple[float, float] = (0.0, 0.0)
-    retry_after: int = 1
+    retry_after: int = 0  # 0: "Retry-After: 0", which asks for no pause
     trickle_interval: float = 1.0
     redirect_to: tuple[str, ...] = REDIRECT_KINDS
 

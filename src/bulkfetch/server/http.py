@@ -17,6 +17,7 @@ from typing import Protocol
 
 from bulkfetch.server.app import OVERLONG_TAIL, Response, http_date
 from bulkfetch.server.faults import Fault
+from bulkfetch.server.limits import Limits
 
 MAX_HEAD = 64 * 1024
 # method, target, status, Content-Length, fault, Authorization sent?, Host header (or None)
@@ -48,6 +49,10 @@ class Handler(Protocol):
     trickle_interval: float
 
     def handle(self, method: str, target: str, headers: dict[str, str]) -> Response: ...
+
+    def refuse(self, fault: Fault, target: str) -> Response:
+        """The answer to a request --max-concurrent or --max-rps turned away."""
+        ...
 
 
 class HttpConnection(asyncio.Protocol):
@@ -329,3 +334,69 @@ class PacedHttpConnection(HttpConnection):
         self.pace_timer = None
         if not self.closing and self.transport is not None:
             self._pump()
+
+
+class _Gate:
+    """The handler a LimitedHttpConnection calls: asks the limits first, then answers the
+    request (marking the connection as holding a permit) or refuses it at once."""
+
+    __slots__ = ("app", "connection", "limits", "trickle_interval")
+
+    def __init__(self, app: Handler, connection: LimitedHttpConnection, limits: Limits) -> None:
+        self.app = app
+        self.connection = connection
+        self.limits = limits
+        self.trickle_interval = app.trickle_interval
+
+    def handle(self, method: str, target: str, headers: dict[str, str]) -> Response:
+        fault = self.limits.admit()
+        if fault is not Fault.NONE:
+            return self.app.refuse(fault, target)
+        self.connection.held = self.limits.holds
+        return self.app.handle(method, target, headers)
+
+    def refuse(self, fault: Fault, target: str) -> Response:
+        return self.app.refuse(fault, target)
+
+
+class LimitedHttpConnection(HttpConnection):
+    """An HttpConnection under --max-concurrent / --max-rps (limits.py). A request is in
+    flight, holding one of the shared permits, from its parsed head until its answer is fully
+    written (delays of --latency included, a stalled answer until the client goes away) or
+    its connection ends; one over a limit is answered at once by the app's refuse(). A
+    subclass, so that an unlimited server runs the plain class with no cost at all."""
+
+    def __init__(self, app: Handler, access_log: AccessLog | None = None,
+                 limits: Limits | None = None, **kwargs: int) -> None:
+        super().__init__(app, access_log, **kwargs)  # type: ignore[call-arg]  # rate=, paced
+        if limits is None:
+            raise ValueError("LimitedHttpConnection needs the server's Limits")
+        self.limits = limits
+        self.held = False  # this connection's request holds a permit
+        self.app = _Gate(app, self, limits)
+
+    def _release(self) -> None:
+        if self.held:
+            self.held = False
+            self.limits.release()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release()
+        super().connection_lost(exc)
+
+    def _finish(self, keep_alive: bool) -> None:
+        self._release()  # before the next pipelined request asks for a permit
+        super()._finish(keep_alive)
+
+    def _close(self) -> None:
+        self._release()
+        super()._close()
+
+    def _reset(self) -> None:
+        self._release()
+        super()._reset()
+
+
+class PacedLimitedHttpConnection(LimitedHttpConnection, PacedHttpConnection):
+    """--bandwidth-per-connection and a limit together: PacedLimitedHttpConnection(app, log,
+    limits, rate=RATE)."""

@@ -11,6 +11,7 @@ from bulkfetch.server.app import App
 from bulkfetch.server.dataset import DataSet, SyntheticDataSet
 from bulkfetch.server.faults import Attempts, FaultConfig, FaultPlan
 from bulkfetch.server.hostile import BAD_PAGE_KINDS, BadPages, HostileNames, HugeFirstPage
+from bulkfetch.server.limits import MAX_RPS
 from bulkfetch.server.s3app import S3App
 from bulkfetch.server.sizes import SizeSpec, parse_size_spec
 from bulkfetch.server.tree import FileTree
@@ -44,6 +45,9 @@ class ServeOptions:
     s3_credentials: str | None = None  # "KEY:SECRET": S3 requests must be signed with it
     s3_session_token: str | None = None  # ... and carry this token (temporary credentials)
     list_latency_ms: tuple[float, float] = (0.0, 0.0)  # added to every list page's delay
+    # Politeness tests (limits.py), across all processes; None: no limit
+    max_concurrent: int | None = None  # requests in flight; more are answered 503
+    max_rps: int | None = None  # requests accepted in any one second; more get 429 (S3: 503)
 
     def __post_init__(self) -> None:
         if self.files < 0:
@@ -54,6 +58,10 @@ class ServeOptions:
             raise UsageError(f"--port must be 0..65535, got {self.port}")
         if self.processes < 1:
             raise UsageError(f"--processes must be >= 1, got {self.processes}")
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise UsageError(f"--max-concurrent must be >= 1, got {self.max_concurrent}")
+        if self.max_rps is not None and not 1 <= self.max_rps <= MAX_RPS:
+            raise UsageError(f"--max-rps must be 1..{MAX_RPS:,}, got {self.max_rps}")
         unknown = self.bad_pages - set(BAD_PAGE_KINDS)
         if unknown:
             raise UsageError(

@@ -16,7 +16,15 @@ from typing import TextIO
 from urllib.parse import quote
 
 from bulkfetch.server.faults import Attempts, Fault, SharedAttempts
-from bulkfetch.server.http import AccessLog, HttpConnection, PacedHttpConnection
+from bulkfetch.server.http import (
+    AccessLog,
+    Handler,
+    HttpConnection,
+    LimitedHttpConnection,
+    PacedHttpConnection,
+    PacedLimitedHttpConnection,
+)
+from bulkfetch.server.limits import Limits
 from bulkfetch.server.options import ServeOptions, build_app
 
 
@@ -71,8 +79,21 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def _factory(app: Handler, log: AccessLog | None, rate: int,
+             limits: Limits | None) -> Callable[[], HttpConnection]:
+    """What makes each connection: only a limited server pays for pacing or limits, the plain
+    class otherwise."""
+    if limits is not None:
+        if rate > 0:
+            return lambda: PacedLimitedHttpConnection(app, log, limits, rate=rate)
+        return lambda: LimitedHttpConnection(app, log, limits)
+    if rate > 0:
+        return lambda: PacedHttpConnection(app, log, rate)
+    return lambda: HttpConnection(app, log)
+
+
 def _serve_socket(options: ServeOptions, sock: socket.socket, ready: Callable[[], None],
-                  attempts: Attempts | None = None) -> None:
+                  attempts: Attempts | None = None, limits: Limits | None = None) -> None:
     """Serve on `sock` in this process until SIGINT or SIGTERM."""
     app = build_app(options, port=sock.getsockname()[1], attempts=attempts)
     log = _access_logger(options.access_log)
@@ -82,11 +103,7 @@ def _serve_socket(options: ServeOptions, sock: socket.socket, ready: Callable[[]
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, lambda: stop.done() or stop.set_result(None))
 
-    rate = options.bandwidth_per_connection
-    # Only a limited server pays for pacing: the plain class otherwise
-    factory: Callable[[], HttpConnection] = (
-        (lambda: PacedHttpConnection(app, log, rate)) if rate > 0
-        else (lambda: HttpConnection(app, log)))
+    factory = _factory(app, log, options.bandwidth_per_connection, limits)
 
     async def main() -> None:
         server = await loop.create_server(factory, sock=sock, backlog=4096)
@@ -101,8 +118,8 @@ def _serve_socket(options: ServeOptions, sock: socket.socket, ready: Callable[[]
 
 
 def _child(options: ServeOptions, port: int, ready: multiprocessing.synchronize.Event,
-           attempts: Attempts | None) -> None:
-    _serve_socket(options, _bind(options.host, port), ready.set, attempts)
+           attempts: Attempts | None, limits: Limits | None) -> None:
+    _serve_socket(options, _bind(options.host, port), ready.set, attempts, limits)
 
 
 def serve(options: ServeOptions, announce: Callable[[str], None]) -> int:
@@ -116,15 +133,17 @@ def serve(options: ServeOptions, announce: Callable[[str], None]) -> int:
         signed = "signed requests only" if options.s3_credentials else "any request"
         line += (f"; S3: s3://{options.s3_bucket}/ with --endpoint-url http://{host}:{port} "
                  f"(path style, {signed})")
+    # --max-concurrent, --max-rps: counted in memory every process shares (made before forking)
+    limits = Limits.create(options.max_concurrent, options.max_rps)
     if options.processes == 1:
-        _serve_socket(options, reservation, lambda: announce(line))
+        _serve_socket(options, reservation, lambda: announce(line), limits=limits)
         return 0
     context = multiprocessing.get_context("fork")
     events = [context.Event() for _ in range(options.processes)]
     # A retry may reach any process: they count attempts in one table (made before the fork)
     attempts = SharedAttempts() if options.faults.active else None
     children = [
-        context.Process(target=_child, args=(options, port, event, attempts), daemon=True)
+        context.Process(target=_child, args=(options, port, event, attempts, limits), daemon=True)
         for event in events
     ]
     stopping = False

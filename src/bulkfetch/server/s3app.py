@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, unquote
 from xml.sax.saxutils import escape
 
 from bulkfetch.server.app import JSON, App, Response
+from bulkfetch.server.faults import Fault
 from bulkfetch.server.s3list import (
     NAMESPACE,
     XML_HEAD,
@@ -114,6 +115,17 @@ class S3App:
             return self._s3_error(answer, path)
         answer = self.app.file_answer(quoted_key, method, target, headers)
         return self._s3_error(answer, path, key=unquote(quoted_key, errors="replace"))
+
+    def refuse(self, fault: Fault, target: str) -> Response:
+        """A request turned away by --max-concurrent or --max-rps: the seed API's answer on
+        its paths, else S3's 503 SlowDown (S3 never answers 429), with Retry-After: 1."""
+        path = target.partition("?")[0]
+        bucket, slash, _ = path[1:].partition("/")
+        if bucket in SEED_PATHS and (slash or path == "/list"):
+            return self.app.refuse(fault, target)
+        refused = self._error(503, "SlowDown", _CODES[503][1], path, [("Retry-After", "1")])
+        refused.fault = fault
+        return refused
 
     def _list(self, params: dict[str, str], path: str) -> Response:
         try:
