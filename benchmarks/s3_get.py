@@ -15,6 +15,9 @@ Rows, each writing every object to DEST/KEY on a new ext4 (when root can make on
 - s5cmd: `s5cmd --endpoint-url URL cp 's3://bulkfetch/*' DEST/` (256 workers, its default)
 - rclone: `rclone copy s3:bulkfetch DEST --transfers 64 --checkers 64` (the S3 backend)
 - boto3: benchmarks/boto3_threadpool.py (paginator + get_object in 64 threads)
+- null, null-unsigned (only when asked): bulkfetch with --sink null, signed and with
+  --no-sign-request: what signing costs a request; with --baseline CHECKOUT also
+  bulkfetch@base and null@base, the same commands from an older tree
 
 Every round runs each row once, every other round in reverse order. Printed: each row's
 median files/s and CPU per file (user + sys of its process tree), peak RSS, whether DEST
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -39,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bulkfetch.bench.verify import verify_dir
+from bulkfetch.bench.verify import Check, verify_dir
 from harness import (
     FreshFilesystems,
     Measured,
@@ -58,6 +62,7 @@ BUCKET = "bulkfetch"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret",
                "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
                "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+DEFAULT_ROWS = ("bulkfetch", "s5cmd", "rclone", "boto3")
 BARS = {"s5cmd": 2.0, "rclone": 5.0, "boto3": 10.0}  # bulkfetch's files/s at least this x
 TLS_BARS = {"s5cmd": 2.0}
 
@@ -70,6 +75,7 @@ class Row:
     runs: list[Measured] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     ok: bool = True
+    report: Path | None = None  # a --sink null row writes no file: its report is checked
 
     def files_per_s(self, files: int) -> float:
         return statistics.median(files / run.seconds for run in self.runs)
@@ -117,7 +123,7 @@ def with_tls(config: str, work: Path) -> tuple[str, Path]:
 
 
 def rows_for(url: str, work: Path, client: list[str], cert: Path | None,
-             only: set[str] | None) -> list[Row]:
+             only: set[str] | None, baseline: Path | None = None) -> list[Row]:
     dest = str(work / "fs" / "dest")
     rclone = shutil.which("rclone") or "rclone"
     rclone_env = {"RCLONE_CONFIG_S3_TYPE": "s3", "RCLONE_CONFIG_S3_PROVIDER": "Other",
@@ -139,7 +145,17 @@ def rows_for(url: str, work: Path, client: list[str], cert: Path | None,
         Row("boto3", [*client, sys.executable, str(HERE / "boto3_threadpool.py"), url, BUCKET,
                       dest, *trust], CREDENTIALS),
     ]
-    return [row for row in rows if only is None or row.label in only]
+    # Where bulkfetch's CPU per object goes: no files written, signed and unsigned
+    report = work / "report-null.json"
+    null = [*client, *bulkfetch_command(), "get", f"s3://{BUCKET}", dest, "--endpoint-url",
+            url, "--workers", "1", "-q", "--sink", "null", "--report", str(report), *trust]
+    rows += [Row("null", null, CREDENTIALS, report=report),
+             Row("null-unsigned", [*null, "--no-sign-request"], CREDENTIALS, report=report)]
+    if baseline is not None:  # the same rows from another checkout's src/, side by side
+        older = CREDENTIALS | {"PYTHONPATH": str(baseline / "src")}
+        rows += [Row("bulkfetch@base", rows[0].command, older),
+                 Row("null@base", null, older, report=report)]
+    return [row for row in rows if row.label in (only or DEFAULT_ROWS)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,7 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tls", action="store_true", help="nginx over https (self-signed)")
     parser.add_argument("--only", default=None, metavar="ROW,...",
-                        help="rows to run: bulkfetch, s5cmd, rclone, boto3")
+                        help="rows to run: bulkfetch, s5cmd, rclone, boto3 (the default), "
+                        "null, null-unsigned (--sink null, signed and --no-sign-request), "
+                        "bulkfetch@base, null@base (with --baseline)")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
+                        help="another bulkfetch checkout (e.g. a `git worktree` of an older "
+                             "commit): its rows run with PYTHONPATH=CHECKOUT/src")
     parser.add_argument("--export-dir", type=Path, default=None,
                         help="reuse (or create) the export here")
     args = parser.parse_args(argv)
@@ -178,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     nginx = start_nginx(place.server, config)
     url = nginx.url.replace("http://", "https://") if args.tls else nginx.url
     only = None if args.only is None else {name.strip() for name in args.only.split(",")}
-    rows = rows_for(url, work, place.client, cert, only)
+    rows = rows_for(url, work, place.client, cert, only, args.baseline)
     filesystems = FreshFilesystems(work)
     log(filesystems.note)
     try:
@@ -193,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                 with filesystems.row(work / "fs", args.files):
                     started = time.monotonic()
                     measured = run_measured(row.command, env=row.env)
-                    check = verify_dir(work / "fs" / "dest", directory, args.files)
+                    check = (verify_dir(work / "fs" / "dest", directory, args.files)
+                             if row.report is None else reported(row.report, args.files))
                 log(f"  {row.label}: {args.files / measured.seconds:,.0f} files/s "
                     f"({time.monotonic() - started:.1f} s with the check), "
                     f"exit {measured.returncode}, {check.detail}")
@@ -210,6 +232,18 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print(table(rows, args, place.note + "; " + filesystems.note))
     return 0
+
+
+def reported(report: Path, files: int) -> Check:
+    """A --sink null row's check: its report counts every object stored, none failed."""
+    try:
+        found = json.loads(report.read_text())
+        report.unlink()
+    except (OSError, ValueError) as exc:
+        return Check(False, f"no report ({exc})")
+    ok = found.get("files_ok") == files and not found.get("files_failed")
+    return Check(ok, f"report says {found.get('files_ok'):,} ok, "
+                     f"{found.get('files_failed') or 0} failed")
 
 
 def table(rows: list[Row], args: argparse.Namespace, placement: str) -> str:

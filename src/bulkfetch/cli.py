@@ -129,6 +129,11 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="Transfers in flight per worker.")
 @click.option("--per-host", type=click.IntRange(min=0), default=0, show_default=True,
               help="Connections per host per worker (0: only --concurrency limits).")
+@click.option("--max-rps", type=click.FloatRange(min=0), default=0, show_default=True,
+              metavar="N",
+              help="Start at most N requests a second on each host, for the whole run (each "
+                   "worker takes its share of N); 0: no limit. Whatever the limit, a 429 or "
+                   "503 with Retry-After pauses every request to that host for that long.")
 @click.option("--sink", type=click.Choice(["dir", "tar", "null"]), default="dir",
               show_default=True,
               help="dir: DEST/<name>; tar: shards DEST/shard-WWW-NNNNNN.tar plus "

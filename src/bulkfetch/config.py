@@ -78,6 +78,7 @@ class Limits:
     # a window of a few pages per worker would leave the transfers idle meanwhile.
     pages_ahead: int = 0
     per_host: int = 0  # connections per host per worker; 0 = no limit beyond concurrency
+    max_rps: float = 0.0  # requests started per second per host, whole run; 0: no limit
     max_page_size: int = DEFAULT_MAX_PAGE_SIZE  # bytes of one list page
     # Bodies larger than this stream into the sink's spool as they arrive; smaller ones are
     # collected in memory (the fast path). 0: every body streams.
@@ -92,6 +93,8 @@ class Limits:
             raise UsageError("--workers and --concurrency must be >= 1")
         if self.max_page_size < 1:
             raise UsageError("--max-page-size must be >= 1 byte")
+        if self.max_rps < 0:
+            raise UsageError(f"--max-rps must be >= 0, got {self.max_rps}")
         if self.parts < 1:
             raise UsageError(f"--parts must be >= 1, got {self.parts}")
         if self.split_above < 1:

@@ -169,8 +169,11 @@ class BigFiles:
 
     def start_some(self) -> None:
         free, pending, active = self.fetcher.free, self.pending, self.active
+        gate = self.fetcher.gate
         while free and pending and len(active) < self.slots:
             transfer = pending.popleft()
+            if gate is not None and not gate.admit(transfer, big=True):
+                continue
             if len(transfer) == 5:
                 if not transfer[4].file.cancelled:
                     self._start_part(transfer)
@@ -187,6 +190,8 @@ class BigFiles:
         handle = fetcher.free.pop()
         body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1])
         spooling.prepare(handle, body.write)
+        if fetcher.sign is not None:
+            handle.setopt(pycurl.HTTPHEADER, fetcher.sign(transfer[2]))
         self._add(handle, body, transfer)
 
     def _start_part(self, transfer: tuple[Any, ...]) -> None:
@@ -195,7 +200,9 @@ class BigFiles:
         handle = self.fetcher.free.pop()
         part.lines = self.fetcher.buffers[handle][1]
         spooling.prepare(handle, part.write)
-        handle.setopt(pycurl.HTTPHEADER, part.headers() + self.fetcher.base_headers)
+        sign = self.fetcher.sign
+        handle.setopt(pycurl.HTTPHEADER, part.headers() + (
+            self.fetcher.base_headers if sign is None else sign(transfer[2])))
         self._add(handle, part, transfer)
 
     def _add(self, handle: pycurl.Curl, body: spooling.SpooledBody | Part,

@@ -11,7 +11,7 @@ import itertools
 import random
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -33,6 +33,7 @@ from bulkfetch.engine.curl import (
     tls_failure,
 )
 from bulkfetch.engine.digests import BY_MD5, BY_SIZE
+from bulkfetch.engine.hosts import HostGate
 from bulkfetch.models import SHOWN_IN_FLIGHT, Failure, Page, PageReport, Tick, largest_first
 from bulkfetch.names import check_name
 from bulkfetch.sinks.base import Sink, SinkFailure, Writer
@@ -41,6 +42,7 @@ from bulkfetch.sources.base import Source, data_url_body, unusable_name
 _HEX = frozenset("0123456789abcdef")
 _HEX_BYTES = frozenset(b"0123456789abcdef")
 _URL = pycurl.URL
+_HTTPHEADER = pycurl.HTTPHEADER
 # libcurl stopped a transfer at MAXFILESIZE: the body is bigger than --spool-above.
 _TOO_BIG = pycurl.E_FILESIZE_EXCEEDED
 
@@ -128,6 +130,15 @@ class Fetcher:
         source_options = getattr(source, "curl_options", list)()
         self.base_headers: list[str] = next(
             (value for option, value in source_options if option == pycurl.HTTPHEADER), [])
+        # A source whose every request is signed anew (S3 with credentials): url -> the
+        # request's headers, set per transfer.
+        self.sign: Callable[[str], list[str]] | None = getattr(
+            source, "request_signer", lambda: None)()
+        # Per-host pauses (Retry-After) and --max-rps (a worker's share of it); made on
+        # the first Retry-After when no --max-rps asks for it from the start.
+        limits = options.limits
+        self.gate: HostGate | None = HostGate(limits.max_rps / limits.workers) \
+            if limits.max_rps else None
         for _ in range(options.limits.concurrency):
             handle = new_handle(options.timeouts, options.tls)
             chunks: list[bytes] = []
@@ -158,7 +169,8 @@ class Fetcher:
     # -- feeding -------------------------------------------------------------------------
     @property
     def wants_pages(self) -> bool:
-        return len(self.pending) < self.options.limits.concurrency
+        parked = self.gate.count if self.gate is not None else 0
+        return len(self.pending) + parked < self.options.limits.concurrency
 
     @property
     def idle(self) -> bool:
@@ -253,13 +265,22 @@ class Fetcher:
                 _, _, transfer, big = heapq.heappop(self.waiting)
                 (self.big.pending if big else self.pending).append(transfer)
         multi, free, pending, transfer_of = self.multi, self.free, self.pending, self.transfer_of
+        gate = self.gate
+        if gate is not None and gate.count:
+            for transfer, big in reversed(gate.release()):  # ahead of the later ones
+                (self.big.pending if big else pending).appendleft(transfer)
         if self.big.pending:
             self.big.start_some()
+        sign = self.sign
         while free and pending:
             transfer = pending.popleft()
+            if gate is not None and not gate.admit(transfer):
+                continue  # its host is paused or at its rate: parked in the gate
             handle = free.pop()
             transfer_of[handle] = transfer
             handle.setopt(_URL, transfer[2])
+            if sign is not None:
+                handle.setopt(_HTTPHEADER, sign(transfer[2]))
             multi.add_handle(handle)
         if len(free) < len(self.handles):
             while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
@@ -278,15 +299,24 @@ class Fetcher:
             if len(free) < len(self.handles) and not (self.finished or self.fetched):
                 if self.spooling and len(self.spooling) + len(free) == len(self.handles):
                     self.big.nap()
+                if gate is not None and gate.count:  # a parked host's turn may come first
+                    timeout = min(timeout, gate.next_wake() or 0.0)
                 multi.select(timeout)
         elif self.big.ranged:  # nothing in flight: a split file's last bytes are hashing
             self.big.wait_hashing(timeout)
-        elif self.waiting and not (self.finished or self.fetched):
-            time.sleep(min(timeout, max(0.0, self.waiting[0][0] - time.monotonic())))
+        elif (self.waiting or (gate is not None and gate.count)) \
+                and not (self.finished or self.fetched):
+            time.sleep(min(timeout, self._next_due()))
         if self.big.ranged:
             self.big.poll()
         finished, self.finished = self.finished, []
         return finished
+
+    def _next_due(self) -> float:
+        """Seconds until a retry is due or a parked host may be asked again."""
+        due = [max(0.0, self.waiting[0][0] - time.monotonic())] if self.waiting else []
+        wake = self.gate.next_wake() if self.gate is not None else None
+        return min(due + ([] if wake is None else [wake]), default=0.0)
 
     def _completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
         """One transfer ended. The success path is written flat: it runs once per file."""
@@ -384,6 +414,10 @@ class Fetcher:
                      retry_after: float | None, big: bool) -> None:
         """Queue `transfer` (the next attempt) after the backoff for retry `attempt`."""
         delay = self.policy.delay(attempt, retry_after, self.rng)
+        if retry_after:  # the server asked to be left alone: the whole host, not one file
+            if self.gate is None:
+                self.gate = HostGate()
+            self.gate.pause(str(transfer[2]), delay)
         self.retries += 1
         heapq.heappush(self.waiting, (time.monotonic() + delay, next(self.order), transfer, big))
 
@@ -451,6 +485,8 @@ class Fetcher:
                 self.free.append(handle)
         self.pending.clear()
         self.waiting.clear()
+        if self.gate is not None:
+            self.gate.clear()
 
     def close(self) -> None:
         self.abandon()

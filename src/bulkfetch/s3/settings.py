@@ -1,6 +1,7 @@
 """What an S3-compatible store is for a run: endpoint, region, credentials and addressing
-(S3Settings), the URLs of its buckets and objects, and how libcurl signs requests to it
-(CURLOPT_AWS_SIGV4). s3/profiles.py finds the settings the way the AWS tools do.
+(S3Settings), the URLs of its buckets and objects, and how libcurl signs listing requests
+to it (CURLOPT_AWS_SIGV4; object GETs: s3/signer.py). s3/profiles.py finds the settings the
+way the AWS tools do.
 
 A secret never appears in a repr, a str, describe() or an exception message: S3Credentials
 hides the secret key and the session token from its repr, and messages name where a value

@@ -37,6 +37,7 @@ from bulkfetch.engine.ranges import KeyRange
 from bulkfetch.names import all_plain
 from bulkfetch.s3.profiles import resolve_settings
 from bulkfetch.s3.settings import S3Settings, parse_s3_url
+from bulkfetch.s3.signer import CHECKSUM_MODE, ObjectSigner
 from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
 
 KEYS_PER_PAGE = 1000  # ListObjectsV2's most
@@ -162,17 +163,30 @@ class S3Source:
         return f"s3://{self.bucket}/{self.prefix} ({self.settings.describe()})"
 
     def curl_options(self) -> list[tuple[int, Any]]:
-        """Options every request of this source needs, set once per handle: SigV4 signing
-        by libcurl and the headers S3 wants with it."""
-        found: list[tuple[int, Any]] = []
+        """Options every object request of this source needs, set once per handle. The
+        object's stored checksum comes back with it (x-amz-checksum-*): an object uploaded
+        in parts has no MD5 ETag, and is checked by that (engine/digests.py). A signed
+        source's headers come from request_signer() per request instead."""
+        if self.settings.credentials is not None:
+            return []
+        return [(pycurl.HTTPHEADER, [CHECKSUM_MODE])]
+
+    def request_signer(self) -> Callable[[str], list[str]] | None:
+        """url -> the headers of a signed GET of that object now (s3/signer.py: a few us
+        where libcurl's signer takes 15), or None for unsigned requests."""
+        credentials = self.settings.credentials
+        if credentials is None:
+            return None
+        return ObjectSigner(credentials, self.settings.region, self._object_base).headers
+
+    def _list_options(self) -> list[tuple[int, Any]]:
+        """A listing request is signed by libcurl (CURLOPT_AWS_SIGV4): its query has to
+        be canonicalised, and a thousand keys share each one."""
         sigv4, userpwd = self.settings.sigv4(), self.settings.userpwd()
-        if sigv4 is not None and userpwd is not None:
-            found += [(pycurl.AWS_SIGV4, sigv4), (pycurl.USERPWD, userpwd)]
-        # The object's stored checksum comes back with it (x-amz-checksum-*): an object
-        # uploaded in parts has no MD5 ETag, and is checked by that (engine/digests.py).
-        found.append((pycurl.HTTPHEADER,
-                      [*self.settings.headers(), "x-amz-checksum-mode: ENABLED"]))
-        return found
+        if sigv4 is None or userpwd is None:
+            return []
+        return [(pycurl.AWS_SIGV4, sigv4), (pycurl.USERPWD, userpwd),
+                (pycurl.HTTPHEADER, self.settings.headers())]
 
     # -- items -------------------------------------------------------------------------
     def resolve(self, item: str) -> tuple[str, str]:
@@ -214,7 +228,7 @@ class S3Source:
         """A handle for listing requests: TLS, timeouts, page size limit and signing set."""
         handle = new_handle(self.timeouts, self.tls)
         handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
-        for option, value in self.curl_options():
+        for option, value in self._list_options():
             handle.setopt(option, value)
         return handle
 

@@ -1,0 +1,67 @@
+"""Politeness against the reference server, counted in its access log: --max-rps holds the
+request rate of a host, and a 429 with Retry-After pauses that host (not only the file)
+while another host of the same URL table goes on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from getkit import assert_complete, expected_files, stored_files
+
+
+def bulkfetch(*args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "bulkfetch", "get", *args, "--quiet"],
+                          capture_output=True, text=True, timeout=180)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_max_rps_holds_the_rate_of_a_host(reference_server, tmp_path: Path) -> None:
+    files, rate = 900, 150
+    # pages of 100: both workers have work (each starts its share of the rate)
+    server = reference_server("--files", str(files), "--page-size", "100", access_log=True)
+    proc = bulkfetch(server.url, str(tmp_path / "d"), "--max-rps", str(rate), "-w", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert_complete(tmp_path / "d", expected_files(files))
+    times = sorted(r.time for r in server.requests() if r.target.startswith("/get/"))
+    assert len(times) == files
+    overall = (len(times) - 1) / (times[-1] - times[0])
+    assert rate * 0.85 <= overall <= rate * 1.05, overall
+    # any one second: the rate plus each worker's first tenth of a second saved up
+    busiest = max(sum(1 for t in times[i:i + rate * 2] if t < start + 1.0)
+                  for i, start in enumerate(times))
+    assert busiest <= rate * 1.05 + rate / 10 + 1, busiest
+
+
+def test_retry_after_pauses_the_host_and_another_host_goes_on(reference_server,
+                                                              tmp_path: Path) -> None:
+    files, pause = 150, 2
+    throttled = reference_server("--files", str(files), "--throttle-rate", "0.03",
+                                 "--retry-after", str(pause), access_log=True)
+    steady = reference_server("--files", str(files), "--latency", "200", access_log=True)
+    want = expected_files(files)
+    rows = [f"{server.url}/get/{name},{label}/{name}\n"
+            for name in sorted(want) for label, server in (("a", throttled), ("b", steady))]
+    (tmp_path / "urls.csv").write_text("url,name\n" + "".join(rows))
+    proc = bulkfetch("--from-file", str(tmp_path / "urls.csv"), "--name-col", "name",
+                     str(tmp_path / "d"), "-w", "1", "-c", "8", "--report",
+                     str(tmp_path / "r.json"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["files_ok"] == 2 * files
+    assert stored_files(tmp_path / "d") == {f"{label}/{name}": digest
+                                            for label in "ab" for name, digest in want.items()}
+    a_log = throttled.requests()
+    b_times = [r.time for r in steady.requests()]
+    throttles = [r.time for r in a_log if r.status == 429]
+    assert throttles, "no 429 was answered: nothing was tested"
+    for when in throttles:
+        # what was in flight when the 429 went out may still arrive just after it
+        inside = [r for r in a_log if when + 0.2 < r.time < when + pause - 0.1]
+        assert inside == [], (f"{len(inside)} requests to the paused host within {pause} s "
+                              f"after a 429, e.g. {inside[:2]}")
+        assert any(when + 0.2 < t < when + pause - 0.1 for t in b_times) or \
+            max(b_times) < when + 0.2, "the other host stopped too"

@@ -1,0 +1,112 @@
+"""engine/hosts.py: token buckets and the per-host gate, on a clock the test moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from bulkfetch.engine.hosts import HostGate, TokenBucket, host_of
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def transfer(url: str) -> tuple[object, ...]:
+    return (None, url.rsplit("/", 1)[1], url, 1)
+
+
+@pytest.mark.parametrize("url,host", [
+    ("http://a.example:8080/get/x", "http://a.example:8080"),
+    ("https://b.example/p/q?x=/y", "https://b.example"),
+    ("http://c.example", "http://c.example"),
+])
+def test_host_of(url: str, host: str) -> None:
+    assert host_of(url) == host
+
+
+def test_bucket_allows_its_burst_then_its_rate() -> None:
+    clock = Clock()
+    bucket = TokenBucket(10.0, 2.0, clock)
+    assert bucket.take() == 0.0 and bucket.take() == 0.0
+    assert bucket.take() == pytest.approx(0.1)
+    clock.now += 0.05
+    assert bucket.take() == pytest.approx(0.05)  # nothing taken by a refused take
+    clock.now += 0.05
+    assert bucket.take() == 0.0
+    clock.now += 100  # saved up to the burst only
+    assert [bucket.take() for _ in range(3)][:2] == [0.0, 0.0]
+    with pytest.raises(ValueError):
+        TokenBucket(0, 1)
+
+
+def test_rate_over_a_long_run_is_the_rate() -> None:
+    clock = Clock()
+    gate = HostGate(max_rps=50, clock=clock)
+    started = 0
+    waiting = [transfer(f"http://h/get/{i}") for i in range(2000)]
+    for _ in range(1000):  # 10 s in steps of 10 ms, the fetcher's way
+        for item in waiting[:100]:
+            if gate.admit(item):
+                started += 1
+        waiting = waiting[100:]
+        released = gate.release()
+        assert all(gate.admit(item) for item, _ in released)  # as the fetcher starts them
+        started += len(released)
+        clock.now += 0.01
+    assert 500 <= started <= 505  # 50/s for 10 s, plus the first tenth of a second's burst
+
+
+def test_a_pause_holds_one_host_and_keeps_order() -> None:
+    clock = Clock()
+    gate = HostGate(clock=clock)
+    slow, other = "http://slow:1/get/", "http://other:2/get/"
+    assert gate.admit(transfer(slow + "a"))
+    gate.pause(slow + "a", 3.0)
+    assert not gate.admit(transfer(slow + "b"))
+    assert not gate.admit(transfer(slow + "c"), big=True)
+    assert gate.admit(transfer(other + "d"))  # another host goes on
+    assert gate.count == 2 and gate.next_wake() == pytest.approx(3.0)
+    clock.now += 2.9
+    assert gate.release() == []
+    clock.now += 0.2
+    released = gate.release()
+    assert [(item[2], big) for item, big in released] == [(slow + "b", False),
+                                                           (slow + "c", True)]
+    assert gate.count == 0 and gate.next_wake() is None
+    assert all(gate.admit(item, big) for item, big in released)  # once, not counted again
+    assert gate.admit(transfer(slow + "e"))
+
+
+def test_a_longer_pause_extends_a_shorter_one() -> None:
+    clock = Clock()
+    gate = HostGate(clock=clock)
+    url = "http://h/get/x"
+    gate.pause(url, 1.0)
+    assert not gate.admit(transfer(url))
+    gate.pause(url, 5.0)
+    gate.pause(url, 2.0)  # shorter: no effect
+    clock.now += 1.5
+    assert gate.release() == []
+    clock.now += 3.6
+    assert len(gate.release()) == 1
+
+
+def test_rate_limited_release_takes_what_the_rate_allows() -> None:
+    clock = Clock()
+    gate = HostGate(max_rps=10, clock=clock)  # burst 1
+    items = [transfer(f"http://h/get/{i}") for i in range(5)]
+    assert gate.admit(items[0])
+    assert not any(gate.admit(item) for item in items[1:])
+    clock.now += 0.1
+    assert [item[2] for item, _ in gate.release()] == ["http://h/get/1"]
+    clock.now += 0.25  # a burst of 1: no more than one saved up
+    assert [item[2] for item, _ in gate.release()] == ["http://h/get/2"]
+    assert gate.next_wake() == pytest.approx(0.1)
+    clock.now += 0.1
+    assert [item[2] for item, _ in gate.release()] == ["http://h/get/3"]
+    gate.clear()
+    assert gate.count == 0 and gate.release() == [] and gate.next_wake() is None
