@@ -16,7 +16,10 @@ from bulkfetch.config import (
     TableOptions,
     Timeouts,
 )
+from bulkfetch.errors import UsageError
 from bulkfetch.models import Progress, Report
+
+AUTO_START = 64  # --concurrency auto's first limit: today's fixed default
 
 
 def build_options(
@@ -25,7 +28,8 @@ def build_options(
     *,
     from_file: bool = False,
     workers: int | None = None,
-    concurrency: int = 64,
+    concurrency: int | str = 64,
+    max_concurrency: int = 4096,
     per_host: int = 0,
     max_rps: float = 0.0,
     pages_ahead: int = 0,
@@ -74,12 +78,16 @@ def build_options(
     from bulkfetch.tls import resolve_tls
 
     tls = resolve_tls(ca_bundle, insecure)
+    if isinstance(concurrency, str) and concurrency != "auto" and not concurrency.isdigit():
+        raise UsageError(f"--concurrency {concurrency!r}: give a number of transfers or auto")
     return GetOptions(
         source=str(source),
         dest=os.fspath(dest),
         from_file=from_file,
         shape=SourceShape(list_path, names_key, next_key, marker_param, get_template),
-        limits=Limits(workers=workers or os.cpu_count() or 1, concurrency=concurrency,
+        limits=Limits(workers=workers or os.cpu_count() or 1,
+                      concurrency=AUTO_START if concurrency == "auto" else int(concurrency),
+                      adaptive=concurrency == "auto", max_concurrency=max_concurrency,
                       pages_ahead=pages_ahead, per_host=per_host, max_rps=max_rps,
                       max_page_size=max_page_size,
                       spool_above=spool_above, split_above=split_above, parts=parts),

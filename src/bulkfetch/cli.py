@@ -102,6 +102,16 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
     return report
 
 
+
+def _concurrency(value: str) -> int | str:
+    """--concurrency: a positive number, or "auto"."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return "auto"
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise click.BadParameter(f"{value!r}: give a number of transfers (1 or more) or auto")
+
 @cli.command(context_settings=CONTEXT)
 @click.argument("url_or_dest", metavar="URL")
 @click.argument("dest", required=False, metavar="DEST")
@@ -125,8 +135,15 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
                    "'000042.json'; in a tar shard, a member of the same sample).")
 @click.option("-w", "--workers", type=click.IntRange(min=1), default=None,
               help="Worker processes. [default: cores]")
-@click.option("-c", "--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Transfers in flight per worker.")
+@click.option("-c", "--concurrency", default="64", show_default=True, metavar="N|auto",
+              callback=lambda ctx, param, value: _concurrency(value),
+              help="Transfers in flight per worker. auto: start at 64 and measure: double "
+                   "while files/s rises, then follow latency; halve on 429, 503, timeouts "
+                   "and refused connections (up to --max-concurrency).")
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=4096,
+              show_default=True,
+              help="With --concurrency auto: at most this many per worker (and no more than "
+                   "its open-file limit allows, raised toward the hard limit at start).")
 @click.option("--per-host", type=click.IntRange(min=0), default=0, show_default=True,
               help="Connections per host per worker (0: only --concurrency limits).")
 @click.option("--max-rps", type=click.FloatRange(min=0), default=0, show_default=True,

@@ -72,7 +72,10 @@ class Timeouts:
 @dataclass(frozen=True)
 class Limits:
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    concurrency: int = 64  # transfers in flight per worker
+    concurrency: int = 64  # transfers in flight per worker (adaptive: the first limit)
+    # --concurrency auto: engine/adaptive.py moves the limit, up to max_concurrency
+    adaptive: bool = False
+    max_concurrency: int = 4096
     # Pages listed but not finished; 0 = 8 per worker + 2. A page stays out until its
     # slowest file ends, and under faults most pages wait seconds on a retry or a timeout:
     # a window of a few pages per worker would leave the transfers idle meanwhile.
@@ -93,6 +96,8 @@ class Limits:
             raise UsageError("--workers and --concurrency must be >= 1")
         if self.max_page_size < 1:
             raise UsageError("--max-page-size must be >= 1 byte")
+        if self.max_concurrency < 1:
+            raise UsageError(f"--max-concurrency must be >= 1, got {self.max_concurrency}")
         if self.max_rps < 0:
             raise UsageError(f"--max-rps must be >= 0, got {self.max_rps}")
         if self.parts < 1:

@@ -74,6 +74,8 @@ class Tick:
     ranged_restarts: int = 0  # files split into ranges that started over as one stream
     size_only: int = 0  # files split into ranges with no whole-file digest stated
     checked: tuple[int, int, int] = (0, 0, 0)  # stored by an MD5, another digest, size alone
+    limit: int = 0  # transfers the worker may have in flight now (--concurrency auto moves it)
+    peak_limit: int = 0  # ... the highest it has been
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,10 @@ class Report:
     usage_error: bool = False  # `error` is the user's to fix (bad credentials): exit 2
     resumed_files: int = 0
     resumed_bytes: int = 0
+    # Transfers in flight allowed at the end and at most, summed over the workers: what
+    # --concurrency auto found (a fixed --concurrency: that times the workers)
+    concurrency_final: int = 0
+    concurrency_peak: int = 0
     options: dict[str, object] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)  # the first 1,000
     failures_file: str | None = None  # DEST/.bulkfetch/failures.jsonl: every failure

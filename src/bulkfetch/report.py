@@ -148,6 +148,11 @@ def summary_table(report: Report) -> Table:
     table.add_row("pages", Text(f"{report.pages:,} · listing "
                                 + ("complete" if report.listing_complete else "incomplete")))
     table.add_row("retries", Text(f"{report.retries:,}"))
+    limits = report.options.get("limits")
+    if isinstance(limits, dict) and limits.get("adaptive") and report.concurrency_peak:
+        table.add_row("concurrency", Text(
+            f"auto: {report.concurrency_final:,} in flight allowed at the end, at most "
+            f"{report.concurrency_peak:,} (all workers)"))
     if report.ranged_restarts:
         table.add_row("ranges", Text(f"{report.ranged_restarts:,} split files started over as "
                                      "one stream (the server's ranges could not be trusted)",
@@ -245,6 +250,7 @@ def report_dict(report: Report) -> dict[str, object]:
         "retries": report.retries,
         "ranged_restarts": report.ranged_restarts,
         "ranged_size_only": report.ranged_size_only,
+        "concurrency": {"final": report.concurrency_final, "peak": report.concurrency_peak},
         "checked": {"md5": report.checked_md5, "digest": report.checked_digest,
                     "size_only": report.checked_size},
         "pages": report.pages,

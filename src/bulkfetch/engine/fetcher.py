@@ -19,6 +19,7 @@ import pycurl
 
 from bulkfetch.config import GetOptions
 from bulkfetch.digest import SMALL_BODY, builtin_md5, openssl_md5
+from bulkfetch.engine.adaptive import Controller, open_file_ceiling
 from bulkfetch.engine.big import BigFiles
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
@@ -43,6 +44,9 @@ _HEX = frozenset("0123456789abcdef")
 _HEX_BYTES = frozenset(b"0123456789abcdef")
 _URL = pycurl.URL
 _HTTPHEADER = pycurl.HTTPHEADER
+_TOTAL_TIME = pycurl.TOTAL_TIME
+# Failures that say the server (or the path to it) has more than it can take
+CONGESTION_CURL_ERRORS = frozenset({pycurl.E_OPERATION_TIMEDOUT, pycurl.E_COULDNT_CONNECT})
 # libcurl stopped a transfer at MAXFILESIZE: the body is bigger than --spool-above.
 _TOO_BIG = pycurl.E_FILESIZE_EXCEEDED
 
@@ -139,17 +143,16 @@ class Fetcher:
         limits = options.limits
         self.gate: HostGate | None = HostGate(limits.max_rps / limits.workers) \
             if limits.max_rps else None
-        for _ in range(options.limits.concurrency):
-            handle = new_handle(options.timeouts, options.tls)
-            chunks: list[bytes] = []
-            lines: list[bytes] = []
-            handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
-            handle.setopt(pycurl.HEADERFUNCTION, lines.append)
-            handle.setopt(pycurl.MAXFILESIZE_LARGE, self.spool_above)
-            for option, value in source_options:
-                handle.setopt(option, value)
-            self.buffers[handle] = (chunks, lines)
-            self.free.append(handle)
+        self.source_options = source_options
+        # --concurrency auto: the controller moves the number of handles (engine/adaptive.py)
+        self.controller: Controller | None = None
+        if limits.adaptive:
+            self.controller = Controller(limits.concurrency,
+                                         min(limits.max_concurrency, open_file_ceiling()))
+        self.window = self.controller.limit if self.controller else limits.concurrency
+        self.peak_window = self.window
+        for _ in range(self.window):
+            self.free.append(self._new_handle())
         self.handles = list(self.free)
         self.pending: deque[_Transfer] = deque()
         # Bodies above --spool-above; `spooling` is its handles in flight, by handle.
@@ -166,11 +169,43 @@ class Fetcher:
         self.checked = [0, 0, 0]  # stored bodies by how they were checked: BY_MD5 ...
         self.live: set[_PageState] = set()
 
+    def _new_handle(self) -> pycurl.Curl:
+        handle = new_handle(self.options.timeouts, self.options.tls)
+        chunks: list[bytes] = []
+        lines: list[bytes] = []
+        handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+        handle.setopt(pycurl.HEADERFUNCTION, lines.append)
+        handle.setopt(pycurl.MAXFILESIZE_LARGE, self.spool_above)
+        for option, value in self.source_options:
+            handle.setopt(option, value)
+        self.buffers[handle] = (chunks, lines)
+        return handle
+
+    def _resize(self, limit: int) -> None:
+        """Keep `limit` handles: new ones join the idle pool; idle ones beyond the limit are
+        closed now, busy ones at a later resize (in flight never exceeds the pool)."""
+        self.window = limit
+        self.peak_window = max(self.peak_window, limit)
+        handles = self.handles
+        if limit > len(handles):
+            grown = [self._new_handle() for _ in range(limit - len(handles))]
+            self.free.extend(grown)
+            handles.extend(grown)
+        elif limit < len(handles) and self.free:
+            surplus = min(len(handles) - limit, len(self.free))
+            dropped = self.free[-surplus:]
+            del self.free[-surplus:]
+            gone = set(dropped)
+            self.handles = [handle for handle in handles if handle not in gone]
+            for handle in dropped:
+                del self.buffers[handle]
+                handle.close()
+
     # -- feeding -------------------------------------------------------------------------
     @property
     def wants_pages(self) -> bool:
         parked = self.gate.count if self.gate is not None else 0
-        return len(self.pending) + parked < self.options.limits.concurrency
+        return len(self.pending) + parked < self.window
 
     @property
     def idle(self) -> bool:
@@ -282,14 +317,24 @@ class Fetcher:
             if sign is not None:
                 handle.setopt(_HTTPHEADER, sign(transfer[2]))
             multi.add_handle(handle)
+        controller = self.controller
+        if controller is not None:
+            controller.in_flight(len(self.handles) - len(free))
         if len(free) < len(self.handles):
             while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
                 pass
             completed = self._completed
             while True:
                 queued, succeeded, failed = multi.info_read()
-                for handle in succeeded:
-                    completed(handle, None)
+                if controller is None:
+                    for handle in succeeded:
+                        completed(handle, None)
+                else:  # each one's time from start to end: the controller's latency
+                    took = 0.0
+                    for handle in succeeded:
+                        took += handle.getinfo(_TOTAL_TIME)
+                        completed(handle, None)
+                    controller.completed(len(succeeded), took)
                 for handle, code, message in failed:
                     if code in TLS_FATAL_ERRORS:  # only failures pay for this test
                         raise self._tls_fatal(handle, code, message)
@@ -309,6 +354,10 @@ class Fetcher:
             time.sleep(min(timeout, self._next_due()))
         if self.big.ranged:
             self.big.poll()
+        if controller is not None:
+            now = time.monotonic()
+            if controller.due(now):
+                self._resize(controller.decide(now))
         finished, self.finished = self.finished, []
         return finished
 
@@ -336,6 +385,8 @@ class Fetcher:
                 self.free.append(handle)
                 return
             retryable, reason = code in RETRYABLE_CURL_ERRORS, f"{message} (curl error {code})"
+            if self.controller is not None and code in CONGESTION_CURL_ERRORS:
+                self.controller.congested()
         elif handle.getinfo(pycurl.RESPONSE_CODE) == 200:
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             digest = None
@@ -381,6 +432,8 @@ class Fetcher:
             reason = f"HTTP {status}" + error_code(chunks)
             if status in (429, 503):
                 retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
+                if self.controller is not None:
+                    self.controller.congested()
         chunks.clear()
         lines.clear()
         self.free.append(handle)
@@ -467,7 +520,7 @@ class Fetcher:
         return Tick(self.worker, self.files_ok + sum(state.ok for state in live),
                     self.files_failed, self.bytes + sum(state.bytes for state in live),
                     self.retries, self.in_flight, partial, largest, self.big.restarts,
-                    self.big.size_only, tuple(self.checked))
+                    self.big.size_only, tuple(self.checked), self.window, self.peak_window)
 
     @property
     def in_flight(self) -> int:

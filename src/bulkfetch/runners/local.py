@@ -535,6 +535,8 @@ class _Coordinator:
             retries=sum(t.retries for t in ticks),
             ranged_restarts=sum(t.ranged_restarts for t in ticks),
             ranged_size_only=sum(t.size_only for t in ticks),
+            concurrency_final=sum(t.limit for t in ticks),
+            concurrency_peak=sum(t.peak_limit for t in ticks),
             checked_md5=sum(t.checked[0] for t in ticks),
             checked_digest=sum(t.checked[1] for t in ticks),
             checked_size=sum(t.checked[2] for t in ticks),

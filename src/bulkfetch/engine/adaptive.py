@@ -1,0 +1,146 @@
+"""`--concurrency auto`: how many transfers a worker keeps in flight, found by measuring.
+
+A fixed number is wrong somewhere: 64 in flight is plenty on loopback and a tenth of what
+a 100 ms server allows (Little's law: files/s = in flight / latency). The controller
+watches what the worker gets for the transfers it keeps in flight and moves the limit:
+
+- slow start: the limit doubles each interval while completed files/s rises by at least
+  RISE (and latency stays near its floor); the first interval without that rise ends slow
+  start and the limit goes back to the last one that paid;
+- then steady: -1/10 an interval while latency stays above QUEUEING x its floor (requests
+  wait at the server or in this process rather than travel); every REPROBE_S without
+  trouble, slow start again from there (the server or the path may take more now);
+- congestion (429, 503, timeouts, refused connections: more than CONGESTED_SHARE of an
+  interval's answers) halves the limit at once, at most once an interval, and ends slow
+  start.
+
+An interval lasts at least MIN_INTERVAL_S and two mean latencies, so each judgement sees
+the limit it is judging. The limit only grows while the worker actually used it (enough
+pages at hand to fill it), never above `ceiling` (--max-concurrency and the file
+descriptors this process may open) or below `floor`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+__all__ = ["Controller"]
+
+RISE = 1.15  # slow start goes on while files/s rises by this factor an interval
+QUEUEING = 1.5  # latency above floor x this: requests are waiting, not travelling
+REPROBE_S = 10.0  # steady this long without trouble: try doubling again
+MIN_INTERVAL_S = 0.25
+MAX_INTERVAL_S = 3.0
+# Congestion counts when more than this share of an interval's answers say so: a server
+# that throttles a steady few percent whatever the load would otherwise be left at the
+# floor, as TCP is on a lossy link.
+CONGESTED_SHARE = 0.02
+MIN_COMPLETIONS = 16  # fewer in an interval say nothing yet (unless it is MAX_INTERVAL_S old)
+
+
+class Controller:
+    def __init__(self, start: int, ceiling: int, floor: int = 4,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.floor = max(1, min(floor, ceiling))
+        self.ceiling = max(self.floor, ceiling)
+        self.limit = min(max(start, self.floor), self.ceiling)
+        self.clock = clock
+        self.slow_start = True
+        self.floor_latency = math.inf
+        self.last_rate = 0.0
+        self.paid_limit = self.limit  # the last limit whose doubling raised files/s
+        self.steady_since = clock()
+        self.changes = 0  # times the limit moved (for the report and tests)
+        self._reset(clock())
+
+    def _reset(self, now: float) -> None:
+        self.started = now
+        self.completions = 0
+        self.latency_sum = 0.0
+        self.congestion = 0
+        self.busiest = 0  # most transfers in flight seen this interval
+
+    # -- what the fetcher tells it ------------------------------------------------------
+    def completed(self, count: int, latency_sum: float) -> None:
+        """`count` transfers ended; `latency_sum`: their seconds from start to end."""
+        self.completions += count
+        self.latency_sum += latency_sum
+
+    def congested(self, count: int = 1) -> None:
+        """A 429 or 503, a timeout or a refused connection: the server wants less."""
+        self.congestion += count
+
+    def in_flight(self, count: int) -> None:
+        if count > self.busiest:
+            self.busiest = count
+
+    # -- deciding -----------------------------------------------------------------------
+    def due(self, now: float) -> bool:
+        elapsed = now - self.started
+        if elapsed >= MAX_INTERVAL_S:
+            return True
+        if elapsed < MIN_INTERVAL_S or self.completions < MIN_COMPLETIONS:
+            return self._congested() and elapsed >= MIN_INTERVAL_S
+        return elapsed >= 2 * self.latency_sum / self.completions
+
+    def _congested(self) -> bool:
+        return self.congestion > CONGESTED_SHARE * (self.completions + self.congestion)
+
+    def decide(self, now: float) -> int:
+        """The new limit, from the interval that ends now."""
+        elapsed = max(now - self.started, 1e-9)
+        rate = self.completions / elapsed
+        latency = self.latency_sum / self.completions if self.completions else math.inf
+        used = self.busiest >= self.limit * 0.9
+        new = self.limit
+        if self._congested():
+            new = max(self.floor, self.limit // 2)
+            self.slow_start = False
+            self.steady_since = now
+        elif self.completions:
+            self.floor_latency = min(self.floor_latency, latency)
+            if self.slow_start:
+                if used and rate >= self.last_rate * RISE \
+                        and latency <= self.floor_latency * QUEUEING:
+                    self.paid_limit = self.limit
+                    new = self.limit * 2
+                elif used:  # doubling did not pay: back to the last limit that did
+                    self.slow_start = False
+                    self.steady_since = now
+                    new = self.paid_limit
+            elif latency > self.floor_latency * QUEUEING:  # waiting, not travelling
+                new = self.limit - max(1, self.limit // 10)
+            elif used and now - self.steady_since >= REPROBE_S:
+                # the server or the path may take more now: measure again
+                self.slow_start = True
+                self.paid_limit = self.limit
+                self.floor_latency = latency
+                new = self.limit * 2
+        self.last_rate = rate
+        new = min(max(new, self.floor), self.ceiling)
+        if new != self.limit:
+            self.changes += 1
+            self.limit = new
+        self._reset(now)
+        return self.limit
+
+
+def open_file_ceiling(reserve: int = 256) -> int:
+    """Transfers this process can keep in flight by its file descriptors: the soft
+    RLIMIT_NOFILE raised toward the hard one first (each transfer holds a socket; files,
+    pipes and the journal need `reserve` more)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass  # a container may refuse: the soft limit stays the ceiling
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(1, soft - reserve)

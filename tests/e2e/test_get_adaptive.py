@@ -1,0 +1,53 @@
+"""`--concurrency auto` against the reference server: a far server (every answer 100 ms
+late) makes it raise the limit above its start, --max-concurrency bounds it, 429s bring it
+down, and the report says what it found."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from getkit import assert_complete, expected_files
+
+
+def get(url: str, dest: Path, *args: str) -> dict:
+    report = dest.parent / f"{dest.name}.json"
+    proc = subprocess.run([sys.executable, "-m", "bulkfetch", "get", url, str(dest), "--quiet",
+                           "--report", str(report), *args],
+                          capture_output=True, text=True, timeout=240)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(report.read_text())
+
+
+def test_a_far_server_gets_more_in_flight(reference_server, tmp_path: Path) -> None:
+    files = 4000
+    server = reference_server("--files", str(files), "--latency", "100")
+    report = get(server.url, tmp_path / "auto", "-c", "auto", "-w", "1")
+    assert_complete(tmp_path / "auto", expected_files(files))
+    assert report["concurrency"]["peak"] >= 128, report["concurrency"]
+    assert report["options"]["limits"]["adaptive"] is True
+    bounded = get(server.url, tmp_path / "bounded", "-c", "auto", "-w", "1",
+                  "--max-concurrency", "100")
+    assert 64 <= bounded["concurrency"]["peak"] <= 100, bounded["concurrency"]
+    fixed = get(server.url, tmp_path / "fixed", "-c", "32", "-w", "2", "--sink", "null")
+    assert fixed["concurrency"] == {"final": 64, "peak": 64}
+
+
+def test_throttling_brings_the_limit_down(reference_server, tmp_path: Path) -> None:
+    files = 1500
+    server = reference_server("--files", str(files), "--latency", "20", "--throttle-rate",
+                              "0.2", "--retry-after", "0")
+    report = get(server.url, tmp_path / "d", "-c", "auto", "-w", "1", "--sink", "null")
+    assert report["files_ok"] == files and report["retries"] > 0
+    assert report["concurrency"]["final"] < 64, report["concurrency"]
+
+
+def test_a_bad_concurrency_is_a_usage_error(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bulkfetch", "get", "http://127.0.0.1:9",
+                           str(tmp_path / "d"), "-c", "lots"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "'lots'" in proc.stderr and "auto" in proc.stderr
+    assert not (tmp_path / "d").exists()

@@ -1,0 +1,122 @@
+"""engine/adaptive.py: the concurrency controller against simulated servers (a clock the
+test moves; files/s and latency computed from the limit, as a server would answer)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bulkfetch.engine.adaptive import MAX_INTERVAL_S, Controller, open_file_ceiling
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def drive(controller: Controller, clock: Clock, serve, seconds: float,
+          work: int = 10**9) -> list[int]:
+    """Run `seconds` in steps of 10 ms; `serve(limit) -> (files/s, latency, share of the
+    answers that say congested)`.
+    `work` caps the transfers the worker has at hand. Returns the limit after each step."""
+    limits = []
+    for _ in range(int(seconds / 0.01)):
+        in_flight = min(controller.limit, work)
+        rate, latency, congested = serve(in_flight)
+        done = rate * 0.01
+        controller.in_flight(in_flight)
+        controller.completed(int(done), int(done) * latency)
+        if congested:
+            controller.congested(max(1, int(done * congested)))
+        clock.now += 0.01
+        if controller.due(clock.now):
+            controller.decide(clock.now)
+        limits.append(controller.limit)
+    return limits
+
+
+def far_server(latency: float, capacity: float):
+    """Answers in `latency` s until `capacity` files/s; beyond, requests queue."""
+    def serve(in_flight: int) -> tuple[float, float, bool]:
+        rate = min(in_flight / latency, capacity)
+        return rate, in_flight / rate, 0.0
+    return serve
+
+
+def test_a_far_server_is_filled_in_a_few_seconds() -> None:
+    clock = Clock()
+    controller = Controller(64, 4096, clock=clock)
+    limits = drive(controller, clock, far_server(0.1, 12_000), 10.0)
+    # Little's law: 12,000 files/s at 100 ms needs 1,200 in flight
+    assert 1024 <= limits[-1] <= 2048
+    assert next(i for i, limit in enumerate(limits) if limit >= 1024) * 0.01 < 5.0
+
+
+def test_loopback_stays_near_where_it_started() -> None:
+    """A server that is the bottleneck from the start: more in flight only queues."""
+    clock = Clock()
+    controller = Controller(64, 4096, clock=clock)
+    limits = drive(controller, clock, far_server(0.0005, 50_000), 20.0)
+    assert max(limits[-500:]) <= 256
+    assert min(limits[-500:]) >= 4
+
+
+def test_congestion_halves_and_ends_slow_start() -> None:
+    clock = Clock()
+    controller = Controller(1024, 4096, clock=clock)
+
+    def throttled(in_flight: int) -> tuple[float, float, bool]:
+        # the server takes 200 at once; the rest are refused (503 with Retry-After)
+        return in_flight / 0.05, 0.05, max(0.0, 1 - 200 / in_flight)
+
+    limits = drive(controller, clock, throttled, 20.0)
+    assert not controller.slow_start
+    assert max(limits[-1000:]) <= 400  # probes above 200, is pushed back
+    assert min(limits[-1000:]) >= 100
+
+
+def test_limit_grows_only_when_used() -> None:
+    clock = Clock()
+    controller = Controller(64, 4096, clock=clock)
+    limits = drive(controller, clock, far_server(0.1, 100_000), 5.0, work=40)
+    assert limits[-1] == 64  # 40 transfers at hand: a bigger limit would not be used
+
+
+def test_bounds() -> None:
+    clock = Clock()
+    controller = Controller(64, 100, clock=clock)
+    limits = drive(controller, clock, far_server(0.1, 100_000), 10.0)
+    assert max(limits) == 100
+    assert Controller(10, 5).limit == 5 and Controller(0, 50).limit == 4
+
+
+def test_a_steady_trickle_of_throttling_is_not_congestion() -> None:
+    clock = Clock()
+    controller = Controller(64, 4096, clock=clock)
+    controller.completed(1000, 1000 * 0.1)
+    controller.in_flight(64)
+    controller.congested(15)  # 1.5%
+    clock.now = 0.3
+    assert controller.decide(clock.now) == 128
+
+
+def test_an_interval_waits_for_completions_but_not_forever() -> None:
+    clock = Clock()
+    controller = Controller(64, 4096, clock=clock)
+    clock.now = 0.3
+    assert not controller.due(clock.now)  # nothing completed yet
+    clock.now = MAX_INTERVAL_S
+    assert controller.due(clock.now)
+    controller.decide(clock.now)
+    controller.congested()
+    clock.now += 0.3
+    assert controller.due(clock.now)  # a 429 needs no quorum
+    assert controller.decide(clock.now) == 32
+
+
+def test_open_file_ceiling_is_positive() -> None:
+    assert open_file_ceiling() >= 1
+    with pytest.raises(TypeError):
+        open_file_ceiling("x")  # type: ignore[arg-type]
