@@ -144,13 +144,17 @@ def _concurrency(value: str) -> int | str:
               show_default=True,
               help="With --concurrency auto: at most this many per worker (and no more than "
                    "its open-file limit allows, raised toward the hard limit at start).")
-@click.option("--per-host", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--per-host", "--max-connections-per-host", "per_host", type=click.IntRange(min=0),
+              default=0, show_default=True,
               help="Connections per host per worker (0: only --concurrency limits).")
 @click.option("--max-rps", type=click.FloatRange(min=0), default=0, show_default=True,
               metavar="N",
               help="Start at most N requests a second on each host, for the whole run (each "
                    "worker takes its share of N); 0: no limit. Whatever the limit, a 429 or "
                    "503 with Retry-After pauses every request to that host for that long.")
+@click.option("--limit-rate", default="0", show_default=True, metavar="BYTES/S",
+              help="Take at most this many body bytes a second from each host, for the "
+                   "whole run (e.g. 5m; each worker takes its share); 0: no limit.")
 @click.option("--sink", type=click.Choice(["dir", "tar", "null"]), default="dir",
               show_default=True,
               help="dir: DEST/<name>; tar: shards DEST/shard-WWW-NNNNNN.tar plus "
@@ -235,7 +239,7 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
         if save_cols is not None else ()
     from bulkfetch.server.sizes import parse_bytes
 
-    for flag in ("shard_size", "max_page_size", "spool_above", "split_above"):
+    for flag in ("shard_size", "max_page_size", "spool_above", "split_above", "limit_rate"):
         try:
             flags[flag] = parse_bytes(str(flags[flag]))
         except UsageError as exc:

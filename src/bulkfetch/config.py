@@ -82,6 +82,7 @@ class Limits:
     pages_ahead: int = 0
     per_host: int = 0  # connections per host per worker; 0 = no limit beyond concurrency
     max_rps: float = 0.0  # requests started per second per host, whole run; 0: no limit
+    limit_rate: int = 0  # body bytes per second per host, whole run; 0: no limit
     max_page_size: int = DEFAULT_MAX_PAGE_SIZE  # bytes of one list page
     # Bodies larger than this stream into the sink's spool as they arrive; smaller ones are
     # collected in memory (the fast path). 0: every body streams.
@@ -98,6 +99,8 @@ class Limits:
             raise UsageError("--max-page-size must be >= 1 byte")
         if self.max_concurrency < 1:
             raise UsageError(f"--max-concurrency must be >= 1, got {self.max_concurrency}")
+        if self.limit_rate < 0:
+            raise UsageError(f"--limit-rate must be >= 0 bytes/s, got {self.limit_rate}")
         if self.max_rps < 0:
             raise UsageError(f"--max-rps must be >= 0, got {self.max_rps}")
         if self.parts < 1:

@@ -65,3 +65,21 @@ def test_retry_after_pauses_the_host_and_another_host_goes_on(reference_server,
                               f"after a 429, e.g. {inside[:2]}")
         assert any(when + 0.2 < t < when + pause - 0.1 for t in b_times) or \
             max(b_times) < when + 0.2, "the other host stopped too"
+
+
+def test_limit_rate_holds_the_bytes_of_a_host(reference_server, tmp_path: Path) -> None:
+    files, size, rate = 300, 10_000, 500_000
+    server = reference_server("--files", str(files), "--file-size", str(size), "--page-size",
+                              "50", access_log=True)
+    proc = bulkfetch(server.url, str(tmp_path / "d"), "--limit-rate", "500k", "-w", "2",
+                     "--sink", "null")
+    assert proc.returncode == 0, proc.stderr
+    bodies = sorted((r.time, r.length) for r in server.requests()
+                    if r.target.startswith("/get/"))
+    assert len(bodies) == files and all(length == size for _, length in bodies)
+    span = bodies[-1][0] - bodies[0][0]
+    overall = (files - 1) * size / span
+    assert rate * 0.85 <= overall <= rate * 1.05, overall
+    busiest = max(sum(length for t, length in bodies[i:] if t < start + 1.0)
+                  for i, (start, _) in enumerate(bodies))
+    assert busiest <= rate * 1.05 + rate / 10 + 2 * size, busiest

@@ -63,7 +63,7 @@ def test_loopback_stays_near_where_it_started() -> None:
     assert min(limits[-500:]) >= 4
 
 
-def test_congestion_halves_and_ends_slow_start() -> None:
+def test_congestion_backs_off_and_ends_slow_start() -> None:
     clock = Clock()
     controller = Controller(1024, 4096, clock=clock)
 
@@ -113,10 +113,30 @@ def test_an_interval_waits_for_completions_but_not_forever() -> None:
     controller.congested()
     clock.now += 0.3
     assert controller.due(clock.now)  # a 429 needs no quorum
-    assert controller.decide(clock.now) == 32
+    assert controller.decide(clock.now) == 44  # 64 x 0.7
 
 
 def test_open_file_ceiling_is_positive() -> None:
     assert open_file_ceiling() >= 1
     with pytest.raises(TypeError):
         open_file_ceiling("x")  # type: ignore[arg-type]
+
+
+def test_a_server_capped_at_200_in_flight_is_used_near_its_cap() -> None:
+    """`serve --max-concurrent 200`: above 200, the excess is refused at once (503)."""
+    clock = Clock()
+    controller = Controller(64, 4096, clock=clock)
+    served = refused = 0.0
+
+    def capped(in_flight: int) -> tuple[float, float, float]:
+        nonlocal served, refused
+        share = max(0.0, 1 - 200 / in_flight)
+        rate = min(in_flight, 200) / 0.02
+        served += rate * 0.01
+        refused += in_flight / 0.02 * share * 0.01
+        return rate, 0.02, share
+
+    limits = drive(controller, clock, capped, 120.0)
+    late = limits[-6000:]  # the last minute
+    assert 150 <= sum(late) / len(late) <= 215
+    assert refused / (served + refused) < 0.02

@@ -110,3 +110,46 @@ def test_rate_limited_release_takes_what_the_rate_allows() -> None:
     assert [item[2] for item, _ in gate.release()] == ["http://h/get/3"]
     gate.clear()
     assert gate.count == 0 and gate.release() == [] and gate.next_wake() is None
+
+
+def test_byte_rate_holds_a_host_while_in_debt() -> None:
+    clock = Clock()
+    gate = HostGate(byte_rate=1000, clock=clock)  # 1,000 bytes/s, 100 saved up at most
+    url = "http://h/get/"
+    assert gate.admit(transfer(url + "a"))
+    gate.received(url + "a", 600)  # 500 in debt
+    assert not gate.admit(transfer(url + "b"))
+    assert gate.next_wake() == pytest.approx(0.5)
+    assert gate.admit(transfer("http://other/get/c"))  # another host's bytes are its own
+    clock.now += 0.5
+    assert [item[2] for item, _ in gate.release()] == [url + "b"]
+    gate.received("http://no-limit/x", 10**9)
+    assert gate.admit(transfer("http://no-limit/y")) is False  # a billion bytes owed
+    assert HostGate().received("http://h/x", 10**9) is None  # no --limit-rate: not counted
+
+
+def test_byte_rate_over_a_long_run_is_the_rate() -> None:
+    clock = Clock()
+    gate = HostGate(byte_rate=50_000, clock=clock)
+    received = 0
+    waiting = [transfer(f"http://h/get/{i}") for i in range(5000)]
+    for _ in range(1000):  # 10 s; bodies of 1,000 bytes arrive as soon as started
+        started = [item for item in waiting[:50] if gate.admit(item)]
+        started += [item for item, _ in gate.release() if gate.admit(item)]
+        waiting = waiting[50:]
+        for item in started:
+            gate.received(item[2], 1000)
+            received += 1000
+        clock.now += 0.01
+    assert 500_000 <= received <= 500_000 * 1.05 + 5_000 + 1000
+
+
+def test_a_failed_first_transfer_does_not_hold_the_host() -> None:
+    clock = Clock()
+    gate = HostGate(byte_rate=1000, clock=clock)
+    url = "http://h/get/"
+    assert gate.admit(transfer(url + "a"))  # its size is not known yet
+    assert not gate.admit(transfer(url + "b"))  # waits for the first body
+    gate.ended(url + "a")  # ... which never comes: a 404
+    clock.now += 0.02
+    assert [item[2] for item, _ in gate.release()] == [url + "b"]

@@ -8,11 +8,13 @@ watches what the worker gets for the transfers it keeps in flight and moves the 
   RISE (and latency stays near its floor); the first interval without that rise ends slow
   start and the limit goes back to the last one that paid;
 - then steady: -1/10 an interval while latency stays above QUEUEING x its floor (requests
-  wait at the server or in this process rather than travel); every REPROBE_S without
-  trouble, slow start again from there (the server or the path may take more now);
+  wait at the server or in this process rather than travel), else +1/64 (at least one)
+  while the limit is used; after REPROBE_S without congestion, slow start again from
+  there (the server or the path may take more now);
 - congestion (429, 503, timeouts, refused connections: more than CONGESTED_SHARE of an
-  interval's answers) halves the limit at once, at most once an interval, and ends slow
-  start.
+  interval's answers) multiplies the limit by BACK_OFF at once, at most once an interval,
+  and ends slow start. Each such answer's Retry-After also pauses the host (hosts.py), so
+  a slow creep toward a server's cap costs less than probing it often.
 
 An interval lasts at least MIN_INTERVAL_S and two mean latencies, so each judgement sees
 the limit it is judging. The limit only grows while the worker actually used it (enough
@@ -30,7 +32,8 @@ __all__ = ["Controller"]
 
 RISE = 1.15  # slow start goes on while files/s rises by this factor an interval
 QUEUEING = 1.5  # latency above floor x this: requests are waiting, not travelling
-REPROBE_S = 10.0  # steady this long without trouble: try doubling again
+REPROBE_S = 30.0  # steady this long without congestion: try doubling again
+BACK_OFF = 0.7  # the limit after congestion, times the limit (TCP CUBIC's factor)
 MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 3.0
 # Congestion counts when more than this share of an interval's answers say so: a server
@@ -96,7 +99,7 @@ class Controller:
         used = self.busiest >= self.limit * 0.9
         new = self.limit
         if self._congested():
-            new = max(self.floor, self.limit // 2)
+            new = max(self.floor, int(self.limit * BACK_OFF))
             self.slow_start = False
             self.steady_since = now
         elif self.completions:
@@ -112,6 +115,8 @@ class Controller:
                     new = self.paid_limit
             elif latency > self.floor_latency * QUEUEING:  # waiting, not travelling
                 new = self.limit - max(1, self.limit // 10)
+            elif used and now - self.steady_since < REPROBE_S:
+                new = self.limit + max(1, self.limit // 64)  # creep up toward trouble
             elif used and now - self.steady_since >= REPROBE_S:
                 # the server or the path may take more now: measure again
                 self.slow_start = True

@@ -289,6 +289,8 @@ class BigFiles:
             self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2])
             return
         self.fetcher.checked[way] += 1
+        if self.fetcher.gate is not None:
+            self.fetcher.gate.received(transfer[2], size)
         self.fetcher._stored(state, size)
 
     def _part_completed(self, transfer: tuple[Any, ...], part: Part,

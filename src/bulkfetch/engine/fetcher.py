@@ -141,8 +141,9 @@ class Fetcher:
         # Per-host pauses (Retry-After) and --max-rps (a worker's share of it); made on
         # the first Retry-After when no --max-rps asks for it from the start.
         limits = options.limits
-        self.gate: HostGate | None = HostGate(limits.max_rps / limits.workers) \
-            if limits.max_rps else None
+        self.gate: HostGate | None = HostGate(
+            limits.max_rps / limits.workers, limits.limit_rate / limits.workers) \
+            if limits.max_rps or limits.limit_rate else None
         self.source_options = source_options
         # --concurrency auto: the controller moves the number of handles (engine/adaptive.py)
         self.controller: Controller | None = None
@@ -176,6 +177,10 @@ class Fetcher:
         handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
         handle.setopt(pycurl.HEADERFUNCTION, lines.append)
         handle.setopt(pycurl.MAXFILESIZE_LARGE, self.spool_above)
+        limits = self.options.limits
+        if limits.limit_rate:  # one body alone never goes faster than the worker's share
+            handle.setopt(pycurl.MAX_RECV_SPEED_LARGE,
+                          max(1, limits.limit_rate // limits.workers))
         for option, value in self.source_options:
             handle.setopt(option, value)
         self.buffers[handle] = (chunks, lines)
@@ -420,6 +425,8 @@ class Fetcher:
                     return
                 self.checked[way] += 1
                 state.bytes += len(body)
+                if self.gate is not None:
+                    self.gate.received(transfer[2], len(body))
                 state.remaining -= 1
                 if state.remaining == 0:
                     self._page_finished(state)
@@ -467,6 +474,8 @@ class Fetcher:
                      retry_after: float | None, big: bool) -> None:
         """Queue `transfer` (the next attempt) after the backoff for retry `attempt`."""
         delay = self.policy.delay(attempt, retry_after, self.rng)
+        if self.gate is not None:
+            self.gate.ended(str(transfer[2]))
         if retry_after:  # the server asked to be left alone: the whole host, not one file
             if self.gate is None:
                 self.gate = HostGate()
@@ -484,6 +493,8 @@ class Fetcher:
     def _fail(self, state: _PageState, name: str, reason: str, attempts: int,
               url: str = "") -> None:
         state.failures.append(Failure(name, reason, attempts, url))
+        if self.gate is not None and url:
+            self.gate.ended(url)
         self.sink.skip(state.page.seq, name)
         self.files_failed += 1
         state.remaining -= 1

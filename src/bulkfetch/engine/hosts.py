@@ -3,7 +3,9 @@
 A server that answers 429 or 503 with Retry-After is asking the client to stay away for
 that long, not only to retry that one file later: HostGate pauses the whole host, and
 transfers for it wait here (parked) while those of other hosts go on. --max-rps caps the
-requests a worker starts per second on each host with a token bucket.
+requests a worker starts per second on each host with a token bucket, and --limit-rate
+the body bytes a second it takes from each host (a transfer starts while the host's byte
+bucket is not in debt; libcurl's receive-speed cap keeps one big body to the rate).
 
 The fetcher consults a gate only once it has one (a --max-rps run, or the first
 Retry-After): until then its per-file loop pays nothing for this.
@@ -47,6 +49,17 @@ class TokenBucket:
         self.stamp = now
         return now
 
+    def debit(self, amount: float) -> None:
+        """Take `amount` whatever the level (bytes already received): a debt is paid off
+        by waiting."""
+        self._refill()
+        self.level -= amount
+
+    def wait(self) -> float:
+        """Seconds until the level is back to zero (0.0: no debt)."""
+        self._refill()
+        return 0.0 if self.level >= 0 else -self.level / self.rate
+
     def take(self, amount: float = 1.0) -> float:
         """0.0 when `amount` tokens were taken now, else the seconds until they can be
         (nothing taken)."""
@@ -61,9 +74,16 @@ class HostGate:
     """Transfers (tuples whose [2] is the URL) parked per host until the host may be asked
     again: after a pause (Retry-After) or when its request rate is used up."""
 
-    def __init__(self, max_rps: float = 0.0, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+    def __init__(self, max_rps: float = 0.0, byte_rate: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.max_rps = max_rps
+        # --limit-rate: body bytes a second per host. A transfer starts only while the
+        # host's byte bucket is not in debt, and is debited the host's mean body size then;
+        # the difference to its real size when it is stored.
+        self.byte_rate = byte_rate
+        self.byte_buckets: dict[str, TokenBucket] = {}
+        self.mean_size: dict[str, float] = {}
+        self.unestimated: dict[str, int] = {}  # started before any body of the host came
         self.clock = clock
         self.paused_until: dict[str, float] = {}
         self.buckets: dict[str, TokenBucket] = {}
@@ -72,8 +92,9 @@ class HostGate:
         self.parked: dict[str, deque[tuple[tuple[Any, ...], bool]]] = {}
         self.wake: list[tuple[float, str]] = []  # (when, host) a parked host may go on
         self.count = 0  # transfers parked
-        # ids of released transfers: counted already, they pass admit() once, unparked
-        self.passed: set[int] = set()
+        # released transfers by id: counted already, each passes admit() once, unparked
+        # (held here, so no other object can take the id meanwhile)
+        self.passed: dict[int, tuple[Any, ...]] = {}
 
     def pause(self, url: str, seconds: float) -> None:
         """No new request to `url`'s host for `seconds` from now."""
@@ -89,8 +110,8 @@ class HostGate:
     def admit(self, transfer: tuple[Any, ...], big: bool = False) -> bool:
         """True: `transfer` may start now (a request is counted for its host). False: it is
         parked here until its host may be asked again (release() hands it back)."""
-        if self.passed and id(transfer) in self.passed:
-            self.passed.discard(id(transfer))
+        if self.passed and self.passed.get(id(transfer)) is transfer:
+            del self.passed[id(transfer)]
             return True
         host = host_of(transfer[2])
         waiting = self.parked.get(host)
@@ -114,6 +135,12 @@ class HostGate:
             if left > 0:
                 return left
             del self.paused_until[host]
+        if self.byte_rate > 0:
+            owed = self._bytes(host).wait()
+            if owed > 0.0:
+                return owed
+            if host not in self.mean_size and self.unestimated.get(host):
+                return 0.01  # one body first: its size is the estimate of the next ones
         if self.max_rps > 0:
             bucket = self.buckets.get(host)
             if bucket is None:
@@ -121,8 +148,42 @@ class HostGate:
                 # seconds, and a worker that just started is not held back.
                 bucket = self.buckets[host] = TokenBucket(
                     self.max_rps, max(1.0, self.max_rps / 10), self.clock)
-            return bucket.take()
+            wait = bucket.take()
+            if wait > 0.0:
+                return wait
+        if self.byte_rate > 0:
+            mean = self.mean_size.get(host)
+            if mean is None:
+                self.unestimated[host] = self.unestimated.get(host, 0) + 1
+            else:
+                self._bytes(host).debit(mean)
         return 0.0
+
+    def _bytes(self, host: str) -> TokenBucket:
+        bucket = self.byte_buckets.get(host)
+        if bucket is None:  # a tenth of a second's bytes may come at once
+            bucket = self.byte_buckets[host] = TokenBucket(
+                self.byte_rate, max(1.0, self.byte_rate / 10), self.clock)
+        return bucket
+
+    def received(self, url: str, size: int) -> None:
+        """A body of `size` bytes from `url`'s host was stored (counts with --limit-rate)."""
+        if self.byte_rate > 0:
+            host = host_of(url)
+            mean = self.mean_size.get(host)
+            if self.unestimated.get(host):  # started with nothing taken: all of it now
+                self.unestimated[host] -= 1
+                self._bytes(host).debit(size)
+            else:  # its start took the mean then, which moves slowly
+                self._bytes(host).debit(size - (mean or 0.0))
+            self.mean_size[host] = size if mean is None else 0.9 * mean + 0.1 * size
+
+    def ended(self, url: str) -> None:
+        """A transfer from `url`'s host ended without a body (failed, or to be retried):
+        while the host's body size is unknown, the next one may start."""
+        host = host_of(url)
+        if self.unestimated.get(host):
+            self.unestimated[host] -= 1
 
     def release(self) -> list[tuple[tuple[Any, ...], bool]]:
         """Parked transfers whose host may be asked now, in order, each counted: as many as
@@ -142,7 +203,7 @@ class HostGate:
                     later.append((now + delay, host))
                     break
                 item = waiting.popleft()
-                self.passed.add(id(item[0]))
+                self.passed[id(item[0])] = item[0]
                 found.append(item)
                 self.count -= 1
             else:
