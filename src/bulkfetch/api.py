@@ -22,6 +22,16 @@ from bulkfetch.models import Progress, Report
 AUTO_START = 64  # --concurrency auto's first limit: today's fixed default
 
 
+def _concurrency(value: int | str) -> tuple[bool, int]:
+    """(adaptive, first limit) of --concurrency: a number, or "auto"."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return True, AUTO_START
+    if not text.isdigit():
+        raise UsageError(f"--concurrency {value!r}: give a number of transfers or auto")
+    return False, int(text)  # Limits refuses 0
+
+
 def build_options(
     source: str,
     dest: str | os.PathLike[str],
@@ -79,16 +89,14 @@ def build_options(
     from bulkfetch.tls import resolve_tls
 
     tls = resolve_tls(ca_bundle, insecure)
-    if isinstance(concurrency, str) and concurrency != "auto" and not concurrency.isdigit():
-        raise UsageError(f"--concurrency {concurrency!r}: give a number of transfers or auto")
+    adaptive, start = _concurrency(concurrency)
     return GetOptions(
         source=str(source),
         dest=os.fspath(dest),
         from_file=from_file,
         shape=SourceShape(list_path, names_key, next_key, marker_param, get_template),
         limits=Limits(workers=workers or os.cpu_count() or 1,
-                      concurrency=AUTO_START if concurrency == "auto" else int(concurrency),
-                      adaptive=concurrency == "auto", max_concurrency=max_concurrency,
+                      concurrency=start, adaptive=adaptive, max_concurrency=max_concurrency,
                       pages_ahead=pages_ahead, per_host=per_host, max_rps=max_rps,
                       limit_rate=limit_rate, max_page_size=max_page_size,
                       spool_above=spool_above, split_above=split_above, parts=parts),

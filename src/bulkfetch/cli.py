@@ -102,16 +102,6 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
     return report
 
 
-
-def _concurrency(value: str) -> int | str:
-    """--concurrency: a positive number, or "auto"."""
-    text = str(value).strip().lower()
-    if text == "auto":
-        return "auto"
-    if text.isdigit() and int(text) >= 1:
-        return int(text)
-    raise click.BadParameter(f"{value!r}: give a number of transfers (1 or more) or auto")
-
 @cli.command(context_settings=CONTEXT)
 @click.argument("url_or_dest", metavar="URL")
 @click.argument("dest", required=False, metavar="DEST")
@@ -136,7 +126,6 @@ def _concurrency(value: str) -> int | str:
 @click.option("-w", "--workers", type=click.IntRange(min=1), default=None,
               help="Worker processes. [default: cores]")
 @click.option("-c", "--concurrency", default="64", show_default=True, metavar="N|auto",
-              callback=lambda ctx, param, value: _concurrency(value),
               help="Transfers in flight per worker. auto: start at 64 and measure: double "
                    "while files/s rises, then follow latency; halve on 429, 503, timeouts "
                    "and refused connections (up to --max-concurrency).")

@@ -3,8 +3,6 @@ test moves; files/s and latency computed from the limit, as a server would answe
 
 from __future__ import annotations
 
-import pytest
-
 from bulkfetch.engine.adaptive import MAX_INTERVAL_S, Controller, open_file_ceiling
 
 
@@ -116,10 +114,20 @@ def test_an_interval_waits_for_completions_but_not_forever() -> None:
     assert controller.decide(clock.now) == 44  # 64 x 0.7
 
 
-def test_open_file_ceiling_is_positive() -> None:
-    assert open_file_ceiling() >= 1
-    with pytest.raises(TypeError):
-        open_file_ceiling("x")  # type: ignore[arg-type]
+def test_open_file_ceiling_raises_the_soft_limit_to_the_hard_one() -> None:
+    import resource
+
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        soft, hard = before
+        if hard != resource.RLIM_INFINITY and soft > 300:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))
+        ceiling = open_file_ceiling(reserve=256)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if hard != resource.RLIM_INFINITY:
+            assert soft == hard and ceiling == hard - 256
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
 
 
 def test_a_server_capped_at_200_in_flight_is_used_near_its_cap() -> None:

@@ -55,7 +55,6 @@ class Controller:
         self.last_rate = 0.0
         self.paid_limit = self.limit  # the last limit whose doubling raised files/s
         self.steady_since = clock()
-        self.changes = 0  # times the limit moved (for the report and tests)
         self._reset(clock())
 
     def _reset(self, now: float) -> None:
@@ -124,10 +123,7 @@ class Controller:
                 self.floor_latency = latency
                 new = self.limit * 2
         self.last_rate = rate
-        new = min(max(new, self.floor), self.ceiling)
-        if new != self.limit:
-            self.changes += 1
-            self.limit = new
+        self.limit = min(max(new, self.floor), self.ceiling)
         self._reset(now)
         return self.limit
 

@@ -368,9 +368,9 @@ class Fetcher:
 
     def _next_due(self) -> float:
         """Seconds until a retry is due or a parked host may be asked again."""
-        due = [max(0.0, self.waiting[0][0] - time.monotonic())] if self.waiting else []
+        due = max(0.0, self.waiting[0][0] - time.monotonic()) if self.waiting else None
         wake = self.gate.next_wake() if self.gate is not None else None
-        return min(due + ([] if wake is None else [wake]), default=0.0)
+        return min((seconds for seconds in (due, wake) if seconds is not None), default=0.0)
 
     def _completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
         """One transfer ended. The success path is written flat: it runs once per file."""
