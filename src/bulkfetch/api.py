@@ -80,6 +80,7 @@ def build_options(
     list_concurrency: int = 32,
     ca_bundle: str | os.PathLike[str] | None = None,
     insecure: bool = False,
+    metrics: str | None = None,
 ) -> GetOptions:
     """Validated, frozen options; raises bulkfetch.UsageError naming the bad input.
 
@@ -89,6 +90,10 @@ def build_options(
     from bulkfetch.tls import resolve_tls
 
     tls = resolve_tls(ca_bundle, insecure)
+    if metrics is not None:
+        from bulkfetch.metrics import check_available
+
+        check_available(metrics)
     adaptive, start = _concurrency(concurrency)
     return GetOptions(
         source=str(source),
@@ -112,6 +117,7 @@ def build_options(
         s3=S3Options(endpoint_url, region, profile, no_sign_request, addressing_style,
                      tuple(include), tuple(exclude), list_concurrency),
         tls=tls,
+        metrics=metrics,
     )
 
 

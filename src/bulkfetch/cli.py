@@ -202,6 +202,12 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
 @click.option("--plain", is_flag=True, help="Plain status lines even on a terminal.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               metavar="FILE.json", help="Write counts, rates, options and failures here.")
+@click.option("--metrics", default=None, metavar="HOST:PORT",
+              help="Serve the run's numbers for Prometheus at http://HOST:PORT/metrics "
+                   "(files, bytes, failures by reason, retries, in flight by host, the "
+                   "concurrency limit, a request latency histogram, listing progress; port "
+                   "0: any free one) and keep them in DEST/.bulkfetch/metrics.prom. Needs "
+                   "bulkfetch[metrics].")
 def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, plain: bool,
         report_path: str | None, **flags: object) -> None:
     """Download every file URL lists into DEST; rerun the same command to resume.
@@ -248,20 +254,24 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("dest", type=click.Path(file_okay=False))
-def status(dest: str) -> None:
-    """Summarise the run in DEST from its journal: finished, running or interrupted, and the
-    partial big files a rerun resumes."""
-    from pathlib import Path
-
-    from bulkfetch.engine.resume import describe_partials
-    from bulkfetch.journal_status import read_status, render_status
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: state, the journal's totals, the first failures, and a "
+                   "running run's live numbers (\"live\", else null).")
+@click.option("--watch", is_flag=True,
+              help="Show it again every --interval until the run ends (Ctrl-C stops "
+                   "watching, not the run); with --json, one line per look.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              metavar="SECONDS", help="With --watch: how often to look.")
+def status(dest: str, as_json: bool, watch: bool, interval: float) -> None:
+    """Summarise the run in DEST: finished, running (with its numbers of the last second)
+    or interrupted, and the partial big files a rerun resumes. Reads only: a running run is
+    never disturbed."""
+    from bulkfetch.status_view import watch_status
 
     try:
-        click.echo(render_status(read_status(Path(dest))))
+        watch_status(dest, as_json=as_json, watch=watch, interval=interval)
     except UsageError as exc:
         raise _usage(exc) from None
-    for line in describe_partials(Path(dest)):
-        click.echo(line)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -224,6 +224,9 @@ class GetOptions:
     # files land, so a renewed or moved CA bundle (or a first run that failed on the
     # certificate, rerun with --ca-bundle) resumes instead of asking for --restart.
     tls: TlsOptions = field(default_factory=TlsOptions)
+    # --metrics HOST:PORT: Prometheus text served there, and the workers keep the latency
+    # histogram and in-flight counts by host that it shows (not in fingerprint() either).
+    metrics: str | None = None
 
     def fingerprint(self) -> dict[str, object]:
         """What makes two runs 'the same run' for resuming: source and output layout."""

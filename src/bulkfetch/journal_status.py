@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bulkfetch.errors import NoJournal
 from bulkfetch.journal import (
@@ -24,6 +25,7 @@ from bulkfetch.journal import (
     _lock_holder,
     _totals,
 )
+from bulkfetch.live import read_live
 from bulkfetch.models import Failure
 
 
@@ -38,6 +40,17 @@ class Status:
     pid: int | None = None  # the run holding the lock (state "running")
     last_error: str | None = None
     failures: tuple[Failure, ...] = ()  # the first 20 by page seq, name
+    # A running run's status.json (bulkfetch/live.py): its numbers of the last second,
+    # counted before the journal has them. None when no run is going on.
+    live: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """What `bulkfetch status DEST --json` prints."""
+        return {"dest": self.dest, "state": self.state, "pid": self.pid,
+                "source": self.fingerprint.get("source"), "totals": asdict(self.totals),
+                "last_error": self.last_error,
+                "failures": [asdict(failure) for failure in self.failures],
+                "live": self.live}
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:
@@ -89,8 +102,13 @@ def read_status(dest: Path) -> Status:
     else:
         state = "interrupted"
     failures = tuple(Failure(_dec(n), r, a) for n, r, a in rows)
+    live = None
+    if held:  # the file of the run holding the lock, not one a killed run left
+        found = read_live(dest)
+        if found is not None and found.get("pid") == pid and found.get("state") == "running":
+            live = found
     return Status(str(dest), state, totals, fingerprint, pid if held else None, last_error,
-                  failures)
+                  failures, live)
 
 
 def _size(n: float) -> str:
@@ -116,6 +134,8 @@ def render_status(status: Status) -> str:
     lines.append(f"files: {t.files_ok:,} ok, {t.files_failed:,} failed, {t.files_listed:,} "
                  f"listed; {_size(t.bytes)}")
     lines.append(f"started {_when(t.started_at)}, last update {_when(t.updated_at)}")
+    if status.live is not None:
+        lines += render_live(status.live)
     if status.last_error:
         lines.append(f"last error: {status.last_error}")
     if status.failures:
@@ -127,3 +147,30 @@ def render_status(status: Status) -> str:
     if hint:
         lines.append(hint)
     return "\n".join(lines)
+
+
+def render_live(live: dict[str, Any]) -> list[str]:
+    """A running run's own numbers (status.json): ahead of the journal's, which count a page
+    only once all its files are stored."""
+    def count(key: str) -> int:
+        value = live.get(key)
+        return value if isinstance(value, int) else 0
+
+    lines = [f"now: {count('files_ok'):,} ok, {count('files_failed'):,} failed, "
+             f"{_size(count('bytes'))}; {float(live.get('files_per_s') or 0):,.0f} files/s, "
+             f"{_size(float(live.get('bytes_per_s') or 0))}/s over the last 10 s"]
+    limit = count("concurrency")
+    lines.append(f"in flight: {count('in_flight'):,}" + (f" (limit {limit:,})" if limit else "")
+                 + f", retries {count('retries'):,}; updated "
+                 f"{max(0.0, time.time() - float(live.get('updated_at') or 0)):.1f} s ago")
+    hosts = live.get("hosts")
+    if isinstance(hosts, dict) and len(hosts) > 1:
+        shown = sorted(hosts.items(), key=lambda item: -int(item[1]))[:5]
+        lines.append("in flight by host: " + ", ".join(f"{h} {n:,}" for h, n in shown))
+    reasons = live.get("failures_by_reason")
+    if isinstance(reasons, dict) and reasons:
+        shown = sorted(reasons.items(), key=lambda item: -int(item[1]))
+        lines.append("failed this run: " + ", ".join(f"{r} {n:,}" for r, n in shown))
+    if live.get("metrics_url"):
+        lines.append(f"metrics: {live['metrics_url']}")
+    return lines

@@ -54,6 +54,12 @@ InFlight = tuple[str, int, int]
 SHOWN_IN_FLIGHT = 5  # big files in flight a tick names, and the display shows
 
 
+# Upper bounds (seconds) of the request latency histogram's buckets (Prometheus' `le`); a
+# worker counts each request in the first bucket whose bound is at or above its time, the
+# last count being the +Inf bucket. Only kept with --metrics: it costs a getinfo per file.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
 def largest_first(entry: InFlight) -> tuple[int, str]:
     """Sort key: the largest file (by total, or by bytes so far) first."""
     return -max(entry[1], entry[2]), entry[0]
@@ -76,6 +82,11 @@ class Tick:
     checked: tuple[int, int, int] = (0, 0, 0)  # stored by an MD5, another digest, size alone
     limit: int = 0  # transfers the worker may have in flight now (--concurrency auto moves it)
     peak_limit: int = 0  # ... the highest it has been
+    # With --metrics: requests by latency bucket (LATENCY_BUCKETS, then +Inf), their summed
+    # seconds, and the transfers in flight by host.
+    latency: tuple[int, ...] = ()
+    latency_sum: float = 0.0
+    hosts: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

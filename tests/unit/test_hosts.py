@@ -153,3 +153,11 @@ def test_a_failed_first_transfer_does_not_hold_the_host() -> None:
     gate.ended(url + "a")  # ... which never comes: a 404
     clock.now += 0.02
     assert [item[2] for item, _ in gate.release()] == [url + "b"]
+
+
+def test_host_label_drops_credentials() -> None:
+    from bulkfetch.engine.hosts import host_label
+
+    assert host_label("http://user:secret@h.example:8080/a/b") == "http://h.example:8080"
+    assert host_label("https://h.example/a") == "https://h.example"
+    assert "secret" not in host_label("https://u:secret@h")

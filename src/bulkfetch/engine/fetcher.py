@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import heapq
 import itertools
 import random
@@ -34,8 +35,16 @@ from bulkfetch.engine.curl import (
     tls_failure,
 )
 from bulkfetch.engine.digests import BY_MD5, BY_SIZE
-from bulkfetch.engine.hosts import HostGate
-from bulkfetch.models import SHOWN_IN_FLIGHT, Failure, Page, PageReport, Tick, largest_first
+from bulkfetch.engine.hosts import HostGate, host_label
+from bulkfetch.models import (
+    LATENCY_BUCKETS,
+    SHOWN_IN_FLIGHT,
+    Failure,
+    Page,
+    PageReport,
+    Tick,
+    largest_first,
+)
 from bulkfetch.names import check_name
 from bulkfetch.sinks.base import Sink, SinkFailure, Writer
 from bulkfetch.sources.base import Source, data_url_body, unusable_name
@@ -107,6 +116,15 @@ def stated_md5(lines: list[bytes]) -> str | None:
     return None
 
 
+HOSTS_EVERY_S = 1.0  # with --metrics: how often a tick counts the transfers by host
+# multi.select() is select(2) over curl_multi_fdset(), which leaves out every socket numbered
+# 1024 or more (FD_SETSIZE). With more handles than this, some transfers' sockets cannot
+# wake the loop, so it looks again at least every HIGH_FD_WAIT_S (libcurl's socket-action
+# interface, with epoll, is the full answer; it costs Python callbacks per connection).
+SELECT_SEES = 900
+HIGH_FD_WAIT_S = 0.005
+
+
 _MD5_MISMATCH = "MD5 of the body does not match the server's ETag/Content-MD5"
 
 
@@ -151,6 +169,12 @@ class Fetcher:
             self.controller = Controller(limits.concurrency,
                                          min(limits.max_concurrency, open_file_ceiling()))
         self.window = self.controller.limit if self.controller else limits.concurrency
+        # --metrics: requests by latency bucket (the last one +Inf) and their summed seconds
+        self.latency: list[int] | None = \
+            [0] * (len(LATENCY_BUCKETS) + 1) if options.metrics else None
+        self.latency_sum = 0.0
+        self.hosts: tuple[tuple[str, int], ...] = ()  # in flight by host, counted per second
+        self.hosts_counted = 0.0
         self.peak_window = self.window
         for _ in range(self.window):
             self.free.append(self._new_handle())
@@ -322,7 +346,7 @@ class Fetcher:
             if sign is not None:
                 handle.setopt(_HTTPHEADER, sign(transfer[2]))
             multi.add_handle(handle)
-        controller = self.controller
+        controller, latency = self.controller, self.latency
         if controller is not None:
             controller.in_flight(len(self.handles) - len(free))
         if len(free) < len(self.handles):
@@ -331,18 +355,27 @@ class Fetcher:
             completed = self._completed
             while True:
                 queued, succeeded, failed = multi.info_read()
-                if controller is None:
+                if controller is None and latency is None:
                     for handle in succeeded:
                         completed(handle, None)
                 else:  # each one's time from start to end: the controller's latency
                     took = 0.0
                     for handle in succeeded:
-                        took += handle.getinfo(_TOTAL_TIME)
+                        seconds = handle.getinfo(_TOTAL_TIME)
+                        took += seconds
+                        if latency is not None:
+                            latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
                         completed(handle, None)
-                    controller.completed(len(succeeded), took)
+                    if controller is not None:
+                        controller.completed(len(succeeded), took)
+                    self.latency_sum += took
                 for handle, code, message in failed:
                     if code in TLS_FATAL_ERRORS:  # only failures pay for this test
                         raise self._tls_fatal(handle, code, message)
+                    if latency is not None:
+                        seconds = handle.getinfo(_TOTAL_TIME)
+                        latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+                        self.latency_sum += seconds
                     completed(handle, (code, message))
                 if not queued:
                     break
@@ -351,6 +384,8 @@ class Fetcher:
                     self.big.nap()
                 if gate is not None and gate.count:  # a parked host's turn may come first
                     timeout = min(timeout, gate.next_wake() or 0.0)
+                if len(self.handles) > SELECT_SEES:  # see SELECT_SEES
+                    timeout = min(timeout, HIGH_FD_WAIT_S)
                 multi.select(timeout)
         elif self.big.ranged:  # nothing in flight: a split file's last bytes are hashing
             self.big.wait_hashing(timeout)
@@ -528,10 +563,27 @@ class Fetcher:
         if self.spooling:
             partial, entries = self.big.in_flight()
             largest = tuple(sorted(entries, key=largest_first)[:SHOWN_IN_FLIGHT])
+        latency: tuple[int, ...] = ()
+        if self.latency is not None:
+            latency = tuple(self.latency)
+            now = time.monotonic()
+            if now - self.hosts_counted >= HOSTS_EVERY_S:
+                self.hosts, self.hosts_counted = self._count_hosts(), now
         return Tick(self.worker, self.files_ok + sum(state.ok for state in live),
                     self.files_failed, self.bytes + sum(state.bytes for state in live),
                     self.retries, self.in_flight, partial, largest, self.big.restarts,
-                    self.big.size_only, tuple(self.checked), self.window, self.peak_window)
+                    self.big.size_only, tuple(self.checked), self.window, self.peak_window,
+                    latency, self.latency_sum, self.hosts)
+
+    def _count_hosts(self) -> tuple[tuple[str, int], ...]:
+        """Transfers in flight by host (a URL's authority, credentials dropped)."""
+        idle = set(self.free)
+        counts: dict[str, int] = {}
+        for handle in self.handles:
+            if handle not in idle:
+                host = host_label(self.transfer_of[handle][2])
+                counts[host] = counts.get(host, 0) + 1
+        return tuple(sorted(counts.items()))
 
     @property
     def in_flight(self) -> int:

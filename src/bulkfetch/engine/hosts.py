@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["HostGate", "TokenBucket", "host_of"]
+__all__ = ["HostGate", "TokenBucket", "host_label", "host_of"]
 
 
 def host_of(url: str) -> str:
@@ -28,6 +28,13 @@ def host_of(url: str) -> str:
     start = start + 3 if start >= 0 else 0
     end = url.find("/", start)
     return url if end < 0 else url[:end]
+
+
+def host_label(url: str) -> str:
+    """host_of(url) without any user:password@: what metrics and status may show."""
+    host = host_of(url)
+    scheme, sep, authority = host.rpartition("://")
+    return f"{scheme}{sep}{authority.rpartition('@')[2]}"
 
 
 class TokenBucket:

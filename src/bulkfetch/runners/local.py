@@ -11,9 +11,7 @@ import multiprocessing
 import os
 import queue
 import shutil
-import signal
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -28,6 +26,7 @@ from bulkfetch.engine.worker import worker_main
 from bulkfetch.errors import BulkfetchError, JournalIOError, UsageError
 from bulkfetch.failures_file import write_failures
 from bulkfetch.journal import Journal, Totals
+from bulkfetch.live import LiveStatus
 from bulkfetch.models import (
     SHOWN_IN_FLIGHT,
     Page,
@@ -37,6 +36,7 @@ from bulkfetch.models import (
     Tick,
     largest_first,
 )
+from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.samples import split_key
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
@@ -45,47 +45,6 @@ from bulkfetch.sources.base import unusable_name
 
 ProgressCallback = Callable[[Progress], None]
 UPDATE_S = 0.1
-
-
-_SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
-
-
-def _say(text: str) -> None:
-    """A line on stderr from a signal handler: one write(2), no buffered stream, no lock."""
-    with contextlib.suppress(OSError):
-        os.write(2, text.encode("utf-8", "replace"))
-
-
-class _Interrupt:
-    """First SIGINT/SIGTERM: stop gracefully, and say so at once. Second: `abort()`, which
-    leaves at once (the journal is consistent at every commit, so a rerun resumes)."""
-
-    def __init__(self, abort: Callable[[], None]) -> None:
-        self.requested = False
-        self.abort = abort
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _Interrupt:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self.previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self.requested:
-            try:
-                self.abort()
-            finally:
-                os._exit(130)
-        self.requested = True
-        again = "Press Ctrl-C again" if signum == signal.SIGINT else "Send it again"
-        _say(f"\nbulkfetch: {_SIGNAL_NAMES.get(signum, f'signal {signum}')} received: "
-             f"stopping (no new files; transfers in flight finish or are dropped). {again} "
-             "to quit at once. Rerun the same command to resume.\n")
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
 
 
 def _prepare_dest(dest: Path) -> None:
@@ -185,7 +144,16 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
                 raise
             except BulkfetchError as exc:
                 return _error_report(options, source, str(exc), journal)
-        report = _Coordinator(options, source, journal, on_progress).run()
+        metrics = None
+        if options.metrics is not None:
+            from bulkfetch.metrics import MetricsServer
+
+            metrics = MetricsServer(options.metrics)
+        live = LiveStatus(options, source.describe(), metrics)
+        try:
+            report = _Coordinator(options, source, journal, on_progress, live).run()
+        finally:
+            live.close()
         if options.sink.kind == "tar":  # shards whose every file was stored again since
             with contextlib.suppress(OSError, sqlite3.Error):
                 index.drop_superseded(dest)
@@ -196,11 +164,13 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
 
 class _Coordinator:
     def __init__(self, options: GetOptions, source: Any, journal: Journal,
-                 on_progress: ProgressCallback | None) -> None:
+                 on_progress: ProgressCallback | None, live: LiveStatus | None = None) -> None:
         self.options = options
         self.source = source
         self.journal = journal
         self.on_progress = on_progress
+        # status.json (and --metrics): the run's numbers for whoever looks from outside
+        self.live = live or LiveStatus(options, source.describe())
         before = journal.totals()
         self.resumed_ok = before.files_ok
         self.journal_failed_before = before.files_failed
@@ -266,6 +236,10 @@ class _Coordinator:
         self.workers = workers
         for worker in workers:
             worker.start()
+        metrics = self.live.metrics
+        if metrics is not None:  # after the fork: no worker holds its socket or thread
+            metrics.start()
+            say(f"bulkfetch: metrics at {metrics.url}\n")
         key_of = self._key_of if options.sink.kind == "tar" else None
         lister: Lister | RangeLister
         if hasattr(self.source, "list_range"):  # key ranges listed at once (S3)
@@ -280,7 +254,7 @@ class _Coordinator:
         started = time.monotonic()
         self.started_at = time.time()
         interrupted = False
-        with _Interrupt(self._abort) as interrupt:
+        with Interrupt(self._abort) as interrupt:
             lister.start()
             last_update = 0.0
             while True:
@@ -314,8 +288,11 @@ class _Coordinator:
                 if self.error is not None and (dead or self.journal_broken):
                     break
                 now = time.monotonic()
-                if self.on_progress is not None and now - last_update >= UPDATE_S:
-                    self.on_progress(self.progress(started))
+                if now - last_update >= UPDATE_S:
+                    progress = self.progress(started)
+                    if self.on_progress is not None:
+                        self.on_progress(progress)
+                    self.live.update(progress, self.ticks.values())
                     last_update = now
             lister.stop()
             if interrupted or self.error is not None:
@@ -325,9 +302,12 @@ class _Coordinator:
             self._drain(results, workers)
             if self.options.sink.kind == "tar":
                 self._settle_shards()
+            progress = self.progress(started)
             if self.on_progress is not None:
-                self.on_progress(self.progress(started))
-            return self._report(started, interrupted)
+                self.on_progress(progress)
+            report = self._report(started, interrupted)
+            self.live.finish(report, progress, self.ticks.values())
+            return report
 
     def _abort(self) -> None:
         """The second Ctrl-C or SIGTERM: quit now. The workers ignore both signals and a tar
@@ -341,7 +321,7 @@ class _Coordinator:
             with contextlib.suppress(Exception):
                 worker.join(2)
         _remove_temporaries(Path(self.options.dest), self.options.sink.kind)
-        _say("bulkfetch: stopped at once (transfers in flight dropped). Rerun the same "
+        say("bulkfetch: stopped at once (transfers in flight dropped). Rerun the same "
              "command to resume.\n")
 
     def _settle_shards(self) -> None:
@@ -439,6 +419,8 @@ class _Coordinator:
 
     def _page_done(self, report: PageReport) -> None:
         self.journal.page_done(report)
+        if report.failures:
+            self.live.failed(report.failures)
         if report.seq not in self.retrying:
             self.journaled[0] += report.ok
             self.journaled[1] += len(report.failures)
@@ -524,7 +506,7 @@ class _Coordinator:
             written = write_failures(self.journal, Path(self.options.dest))
             failures_file = None if written is None else str(written)
         except Exception as exc:  # a by-product: the run's outcome and report stand without it
-            _say(f"bulkfetch: cannot write the list of failures ({exc}); the journal "
+            say(f"bulkfetch: cannot write the list of failures ({exc}); the journal "
                  "still holds every failure\n")
         return Report(
             source=self.source.describe(),
