@@ -1,6 +1,6 @@
 """`--concurrency auto` against the reference server: a far server (every answer 100 ms
-late) makes it raise the limit above its start, --max-concurrency bounds it, 429s bring it
-down, and the report says what it found."""
+late) makes it raise the limit above its start, --max-concurrency bounds it, 429s and a
+server's cap on requests in flight bring it down, and the report says what it found."""
 
 from __future__ import annotations
 
@@ -43,6 +43,19 @@ def test_throttling_brings_the_limit_down(reference_server, tmp_path: Path) -> N
     report = get(server.url, tmp_path / "d", "-c", "auto", "-w", "1", "--sink", "null")
     assert report["files_ok"] == files and report["retries"] > 0
     assert report["concurrency"]["final"] < 64, report["concurrency"]
+
+
+def test_a_capped_server_brings_the_limit_down(reference_server, tmp_path: Path) -> None:
+    """Refusals that grow with the load (more than 24 in flight: 503) move the limit."""
+    files = 3000
+    server = reference_server("--files", str(files), "--latency", "20", "--max-concurrent",
+                              "24", access_log=True)
+    report = get(server.url, tmp_path / "d", "-c", "auto", "-w", "1", "--sink", "null")
+    assert report["files_ok"] == files and report["retries"] > 0
+    assert report["concurrency"]["final"] <= 40, report["concurrency"]
+    # a fixed 64 against a cap of 24 would be refused about 1.7 times a file
+    refused = sum(1 for r in server.requests() if r.status == 503)
+    assert refused < files, refused
 
 
 def test_a_bad_concurrency_is_a_usage_error(tmp_path: Path) -> None:

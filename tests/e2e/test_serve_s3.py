@@ -281,3 +281,26 @@ def test_the_static_export_serves_the_bucket_through_nginx(tmp_path: Path, tls: 
         nginx.stop()
         lister.terminate()
         lister.wait(10)
+
+
+def test_signed_requests_are_not_redirected(reference_server, tmp_path: Path) -> None:
+    """A signed request carries its session token as a plain header, which libcurl would
+    send on to whatever host a redirect names: a signed source follows no redirect, and
+    the redirected objects fail, named with the answer."""
+    token = "FwoGZXIvYXdzEBYaD+no/redirects=="
+    files = 300
+    server = reference_server("--s3", "--files", str(files), "--s3-credentials",
+                              f"{KEY}:{SECRET}", "--s3-session-token", token,
+                              "--redirect-rate", "0.05", "--redirect-to", "other-host",
+                              access_log=True)
+    dest, report = tmp_path / "d", tmp_path / "r.json"
+    proc = get(server, dest, "--report", str(report), environ=env(AWS_SESSION_TOKEN=token))
+    assert proc.returncode == 1, proc.stderr
+    failed = json.loads(report.read_text())["failures"]
+    assert failed and all(f["reason"].startswith("HTTP 302") for f in failed), failed
+    log = server.requests()
+    assert all(r.host.startswith("127.0.0.1:") for r in log), \
+        [r for r in log if not r.host.startswith("127.0.0.1:")][:3]
+    expected = {n: d for n, d in expected_files(files).items()
+                if n not in {f["name"] for f in failed}}
+    assert_complete_except(dest, expected)

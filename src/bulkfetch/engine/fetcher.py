@@ -528,7 +528,7 @@ class Fetcher:
     def _fail(self, state: _PageState, name: str, reason: str, attempts: int,
               url: str = "") -> None:
         state.failures.append(Failure(name, reason, attempts, url))
-        if self.gate is not None and url:
+        if self.gate is not None and url and attempts:  # 0: it never started
             self.gate.ended(url)
         self.sink.skip(state.page.seq, name)
         self.files_failed += 1

@@ -166,9 +166,11 @@ class S3Source:
         """Options every object request of this source needs, set once per handle. The
         object's stored checksum comes back with it (x-amz-checksum-*): an object uploaded
         in parts has no MD5 ETag, and is checked by that (engine/digests.py). A signed
-        source's headers come from request_signer() per request instead."""
+        source's headers come from request_signer() per request instead, and it follows no
+        redirect: libcurl would send them (the session token among them) to any host a
+        3xx names; S3 redirects only to say the bucket is elsewhere, a failure to name."""
         if self.settings.credentials is not None:
-            return []
+            return [(pycurl.FOLLOWLOCATION, 0)]
         return [(pycurl.HTTPHEADER, [CHECKSUM_MODE])]
 
     def request_signer(self) -> Callable[[str], list[str]] | None:
@@ -186,7 +188,7 @@ class S3Source:
         if sigv4 is None or userpwd is None:
             return []
         return [(pycurl.AWS_SIGV4, sigv4), (pycurl.USERPWD, userpwd),
-                (pycurl.HTTPHEADER, self.settings.headers())]
+                (pycurl.HTTPHEADER, self.settings.headers()), (pycurl.FOLLOWLOCATION, 0)]
 
     # -- items -------------------------------------------------------------------------
     def resolve(self, item: str) -> tuple[str, str]:
