@@ -91,7 +91,7 @@ def test_max_rps_with_s3_is_slowdown_503_never_429(reference_server: Start) -> N
     assert [a[0] for a in answers] == [200] * 5 + [503] * 15
     assert all(ET.fromstring(body).findtext("Code") == "SlowDown" and retry_after == "1"
                for _, retry_after, body in answers[5:])
-    assert Counter(r.fault for r in server.requests()) == {"none": 5, "throttle": 15}
+    assert Counter(r.fault for r in server.requests()) == {"none": 5, "rate": 15}
 
 
 def test_max_rps_holds_across_processes(reference_server: Start) -> None:
@@ -123,7 +123,7 @@ def test_max_rps_holds_across_processes(reference_server: Start) -> None:
     logged = server.requests()
     accepted = sorted(r.time for r in logged if r.status == 200)
     assert Counter((r.status, r.fault) for r in logged) == {(200, "none"): len(accepted),
-                                                             (429, "throttle"): len(refusals)}
+                                                             (429, "rate"): len(refusals)}
     assert len(refusals) > 10 * len(accepted)  # as fast as possible: far over the limit
     assert len({r.pid for r in logged if r.status == 200}) == 2
     # No one-second window holds more than the limit (+1: the log's clock is read a little

@@ -3,6 +3,8 @@ test moves; files/s and latency computed from the limit, as a server would answe
 
 from __future__ import annotations
 
+import itertools
+
 from bulkfetch.engine.adaptive import MAX_INTERVAL_S, Controller, open_file_ceiling
 
 
@@ -146,5 +148,9 @@ def test_a_server_capped_at_200_in_flight_is_used_near_its_cap() -> None:
 
     limits = drive(controller, clock, capped, 120.0)
     late = limits[-6000:]  # the last minute
-    assert 150 <= sum(late) / len(late) <= 215
+    # near the cap it found, it creeps slowly and backs off a little: each probe above 200
+    # costs the whole host a Retry-After pause, so few probes and a high plateau
+    assert 185 <= sum(late) / len(late) <= 215
     assert refused / (served + refused) < 0.02
+    probes = sum(1 for before, after in itertools.pairwise(limits) if after < before)
+    assert probes <= 12, probes

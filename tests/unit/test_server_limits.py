@@ -174,7 +174,7 @@ def test_admit_asks_concurrency_first_and_a_throttled_request_holds_nothing() ->
     limits.release()
     assert limits.admit() is Fault.NONE  # the rate's third
     limits.release()
-    assert limits.admit() is Fault.THROTTLE
+    assert limits.admit() is Fault.RATE
     assert concurrency.in_flight == 1  # the throttled request gave its permit back
     clock.now += 1.0
     assert limits.admit() is Fault.NONE
@@ -186,7 +186,7 @@ def header(response: object, name: str) -> str | None:
     return values[0] if len(values) == 1 else None
 
 
-@pytest.mark.parametrize(("fault", "status"), [(Fault.OVERLOAD, 503), (Fault.THROTTLE, 429)])
+@pytest.mark.parametrize(("fault", "status"), [(Fault.OVERLOAD, 503), (Fault.RATE, 429)])
 def test_the_seed_api_refuses_with_its_plain_error(fault: Fault, status: int) -> None:
     app = build_app(ServeOptions(files=10))
     assert isinstance(app, App)
@@ -197,7 +197,7 @@ def test_the_seed_api_refuses_with_its_plain_error(fault: Fault, status: int) ->
     assert "--max-" in json.loads(refused.body)["error"]
 
 
-@pytest.mark.parametrize("fault", [Fault.OVERLOAD, Fault.THROTTLE])
+@pytest.mark.parametrize("fault", [Fault.OVERLOAD, Fault.RATE])
 def test_s3_refuses_with_slowdown_503_and_the_seed_paths_as_the_seed_api(fault: Fault) -> None:
     app = build_app(ServeOptions(files=10, s3_bucket="bkt"))
     assert isinstance(app, S3App)
@@ -375,7 +375,7 @@ def test_the_rate_limit_over_a_connection() -> None:
         clock.now += 1.0
         connection.data_received(request())
         assert wire.statuses() == [200, 200, 429, 429, 200]
-        assert log[2] == (429, Fault.THROTTLE)
+        assert log[2] == (429, Fault.RATE)
         s3, s3_wire = connect(limited(ServeOptions(files=10, s3_bucket="bkt"), limits))
         s3.data_received(request(f"/bkt/{NAME}") * 2)
         assert s3_wire.statuses() == [200, 503] and b"<Code>SlowDown</Code>" in s3_wire.data

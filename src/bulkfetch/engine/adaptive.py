@@ -14,7 +14,10 @@ watches what the worker gets for the transfers it keeps in flight and moves the 
 - congestion (429, 503, timeouts, refused connections: more than CONGESTED_SHARE of an
   interval's answers) multiplies the limit by BACK_OFF at once, at most once an interval,
   and ends slow start. Each such answer's Retry-After also pauses the host (hosts.py), so
-  a slow creep toward a server's cap costs less than probing it often.
+  a slow creep toward a server's cap costs less than probing it often: the limit where
+  congestion began is remembered (TCP CUBIC's W_max), the creep slows to +1 every
+  NEAR_CAP_S within NEAR of it, and congestion met there again backs off by NEAR_BACK_OFF
+  only (the cap is where it was; the first back-off found how far below it to go).
 
 An interval lasts at least MIN_INTERVAL_S and two mean latencies, so each judgement sees
 the limit it is judging. The limit only grows while the worker actually used it (enough
@@ -41,6 +44,9 @@ MAX_INTERVAL_S = 3.0
 # floor, as TCP is on a lossy link.
 CONGESTED_SHARE = 0.02
 MIN_COMPLETIONS = 16  # fewer in an interval say nothing yet (unless it is MAX_INTERVAL_S old)
+NEAR = 0.9  # within this share of the limit where congestion began: near the server's cap
+NEAR_CAP_S = 1.0  # near it, the creep adds one transfer at most this often
+NEAR_BACK_OFF = 0.9  # congestion met near the remembered cap: the limit times this
 
 
 class Controller:
@@ -55,6 +61,8 @@ class Controller:
         self.last_rate = 0.0
         self.paid_limit = self.limit  # the last limit whose doubling raised files/s
         self.steady_since = clock()
+        self.cap = 0  # the limit at which congestion last began (0: none seen)
+        self.crept = -math.inf  # when the creep last added near the cap
         self._reset(clock())
 
     def _reset(self, now: float) -> None:
@@ -98,7 +106,9 @@ class Controller:
         used = self.busiest >= self.limit * 0.9
         new = self.limit
         if self._congested():
-            new = max(self.floor, int(self.limit * BACK_OFF))
+            near = self.cap and self.limit >= self.cap * NEAR
+            new = max(self.floor, int(self.limit * (NEAR_BACK_OFF if near else BACK_OFF)))
+            self.cap = self.limit
             self.slow_start = False
             self.steady_since = now
         elif self.completions:
@@ -115,7 +125,11 @@ class Controller:
             elif latency > self.floor_latency * QUEUEING:  # waiting, not travelling
                 new = self.limit - max(1, self.limit // 10)
             elif used and now - self.steady_since < REPROBE_S:
-                new = self.limit + max(1, self.limit // 64)  # creep up toward trouble
+                if not self.cap or self.limit < self.cap * NEAR:
+                    new = self.limit + max(1, self.limit // 64)  # creep up toward trouble
+                elif now - self.crept >= NEAR_CAP_S:  # near where it began: slowly
+                    new = self.limit + 1
+                    self.crept = now
             elif used and now - self.steady_since >= REPROBE_S:
                 # the server or the path may take more now: measure again
                 self.slow_start = True

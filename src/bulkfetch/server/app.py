@@ -214,7 +214,7 @@ class App:
 
     def refuse(self, fault: Fault, target: str) -> Response:
         """The answer to a request --max-concurrent (Fault.OVERLOAD: 503) or --max-rps
-        (Fault.THROTTLE: 429) turned away before it was handled, with Retry-After: 1."""
+        (Fault.RATE: 429) turned away before it was handled, with Retry-After: 1."""
         if fault is Fault.OVERLOAD:
             refused = _error(503, "too many requests in flight (--max-concurrent)",
                              [("Retry-After", "1")])

@@ -127,7 +127,7 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
 @click.option("--max-rps", type=click.IntRange(1, MAX_RPS), default=None, metavar="N",
               help="At most N requests accepted in any one second, counted across all server "
                    "processes. One more is answered at once with 429 and Retry-After: 1 (S3: "
-                   "503 SlowDown), logged as fault 'throttle'. Off by default.")
+                   "503 SlowDown), logged as fault 'rate'. Off by default.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="Port to listen on; 0 picks a free one.")

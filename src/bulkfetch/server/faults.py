@@ -34,8 +34,9 @@ class Fault(enum.Enum):
     REDIRECT = "redirect"  # 302 elsewhere: another host name, file://, itself, ?redirected=1
     ENCODING = "encoding"  # Content-Encoding: gzip, gzip over a gzip bomb
     DENY = "deny"  # per name, not per attempt: 400, 401, 403, 404 or 410 every time
-    # Not injected at random: --max-concurrent's refusals (503); --max-rps's count as THROTTLE
+    # Not injected at random: --max-concurrent's refusals (503), --max-rps's (429)
     OVERLOAD = "overload"
+    RATE = "rate"
 
 
 # Per-attempt faults in the order their rates are stacked on [0, 1). New faults go at the

@@ -101,7 +101,7 @@ class Limits:
 
     def admit(self) -> Fault:
         """Fault.NONE: accepted, and holding a permit when concurrency is limited (give it
-        back with release()); Fault.OVERLOAD: too many in flight; Fault.THROTTLE: over the
+        back with release()); Fault.OVERLOAD: too many in flight; Fault.RATE: over the
         rate (holding nothing)."""
         concurrency = self.concurrency
         if concurrency is not None and not concurrency.try_acquire():
@@ -109,7 +109,7 @@ class Limits:
         if self.rate is not None and not self.rate.try_accept():
             if concurrency is not None:
                 concurrency.release()
-            return Fault.THROTTLE
+            return Fault.RATE
         return Fault.NONE
 
     def release(self) -> None:
