@@ -201,20 +201,25 @@ def main(argv: list[str] | None = None) -> int:
     access_log = work / "access.log"
     timeout = args.seconds * 4 + 120
     tables = []
-    if "rps" in only:
-        files = math.ceil(args.max_rps * (args.seconds + 1))
+
+    def measure(serve: list[str], get: list[str], files: int, what: str) -> list[Run]:
+        """Every worker setting's row against one server of `files` (serve flags added)."""
         server = start_reference(place.server, files, 1,
-                                 ["--page-size", str(args.page_size),
+                                 [*serve, "--page-size", str(args.page_size),
                                   "--access-log", str(access_log)])
         try:
-            log(f"rps: {files:,} files at {server.url}, --max-rps {args.max_rps:g}; "
-                f"{place.note}")
+            log(f"{what} at {server.url}; {place.note}")
             runs = [Run(label, files) for label in labels]
             for run in runs:
-                run_row(run, server.url, place.client, ["--max-rps", f"{args.max_rps:g}"],
-                        work, access_log, timeout)
+                run_row(run, server.url, place.client, get, work, access_log, timeout)
         finally:
             server.stop()
+        return runs
+
+    if "rps" in only:
+        files = math.ceil(args.max_rps * (args.seconds + 1))
+        runs = measure([], ["--max-rps", f"{args.max_rps:g}"], files,
+                       f"rps: {files:,} files, --max-rps {args.max_rps:g}")
         tables.append(table(f"`bulkfetch get --max-rps {args.max_rps:g} --sink null` of "
                             f"{files:,} files of 100 bytes from `bulkfetch serve --page-size "
                             f"{args.page_size}` (1 process, access log); {place.note}; "
@@ -225,18 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         if rate <= 0 or size <= 0:
             parser.error("--limit-rate and --file-size must be positive")
         files = math.ceil(rate * (args.seconds + 1) / size)
-        server = start_reference(place.server, files, 1,
-                                 ["--file-size", str(size), "--page-size", str(args.page_size),
-                                  "--access-log", str(access_log)])
-        try:
-            log(f"bytes: {files:,} files of {size:,} bytes at {server.url}, --limit-rate "
-                f"{args.limit_rate} ({rate:,} bytes/s); {place.note}")
-            runs = [Run(label, files) for label in labels]
-            for run in runs:
-                run_row(run, server.url, place.client, ["--limit-rate", args.limit_rate],
-                        work, access_log, timeout)
-        finally:
-            server.stop()
+        runs = measure(["--file-size", str(size)], ["--limit-rate", args.limit_rate], files,
+                       f"bytes: {files:,} files of {size:,} bytes, --limit-rate "
+                       f"{args.limit_rate} ({rate:,} bytes/s)")
         tables.append(table(f"`bulkfetch get --limit-rate {args.limit_rate} --sink null` "
                             f"({rate:,} bytes/s) of {files:,} files of {size:,} bytes from "
                             f"`bulkfetch serve --page-size {args.page_size}` (1 process, "
