@@ -119,8 +119,9 @@ def stated_md5(lines: list[bytes]) -> str | None:
 HOSTS_EVERY_S = 1.0  # with --metrics: how often a tick counts the transfers by host
 # multi.select() is select(2) over curl_multi_fdset(), which leaves out every socket numbered
 # 1024 or more (FD_SETSIZE). With more handles than this, some transfers' sockets cannot
-# wake the loop, so it looks again at least every HIGH_FD_WAIT_S (libcurl's socket-action
-# interface, with epoll, is the full answer; it costs Python callbacks per connection).
+# wake the loop, so it looks again at least every HIGH_FD_WAIT_S. (libcurl's socket-action
+# interface over epoll is the full answer, but driven from Python it cost about 20 us more
+# a file than this loop: benchmarks/results/2026-11-24-session16-issue21.txt.)
 SELECT_SEES = 900
 HIGH_FD_WAIT_S = 0.005
 
@@ -384,9 +385,14 @@ class Fetcher:
                     self.big.nap()
                 if gate is not None and gate.count:  # a parked host's turn may come first
                     timeout = min(timeout, gate.next_wake() or 0.0)
-                if len(self.handles) > SELECT_SEES:  # see SELECT_SEES
+                if len(self.handles) <= SELECT_SEES:
+                    multi.select(timeout)
+                else:  # see SELECT_SEES
                     timeout = min(timeout, HIGH_FD_WAIT_S)
-                multi.select(timeout)
+                    began = time.monotonic()
+                    # with no socket below 1024, pycurl's select() returns 0 at once
+                    if multi.select(timeout) == 0 and time.monotonic() - began < timeout / 2:
+                        time.sleep(timeout)
         elif self.big.ranged:  # nothing in flight: a split file's last bytes are hashing
             self.big.wait_hashing(timeout)
         elif (self.waiting or (gate is not None and gate.count)) \
