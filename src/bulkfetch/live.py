@@ -23,6 +23,7 @@ from typing import Any
 from bulkfetch.config import GetOptions
 from bulkfetch.journal import STATE_DIR
 from bulkfetch.models import LATENCY_BUCKETS, Failure, Progress, Report, Tick
+from bulkfetch.runners.signals import say
 
 STATUS_NAME = "status.json"
 SNAPSHOT_S = 0.25  # a scrape sees numbers at most this old
@@ -141,8 +142,7 @@ class LiveStatus:
             "retries": report.retries, "in_flight": 0, "partial_bytes": 0, "hosts": {},
             "pages_done": report.pages, "listing_done": report.listing_complete,
             "concurrency": report.concurrency_final,
-            "concurrency_peak": report.concurrency_peak, "error": report.error,
-            "latency": built.latency})
+            "concurrency_peak": report.concurrency_peak, "error": report.error})
         self._publish(final, now, force=True)
         return final
 
@@ -197,9 +197,8 @@ class LiveStatus:
         except OSError as exc:
             if not self.write_failed:  # said once; the run goes on without it
                 self.write_failed = True
-                with contextlib.suppress(OSError):
-                    os.write(2, f"bulkfetch: cannot write {self.path} ({exc.strerror}); "
-                                "`bulkfetch status` will not show live numbers\n".encode())
+                say(f"bulkfetch: cannot write {self.path} ({exc.strerror}); `bulkfetch "
+                    "status` will not show live numbers\n")
 
     def close(self) -> None:
         if self.metrics is not None:

@@ -365,18 +365,15 @@ class Fetcher:
                         seconds = handle.getinfo(_TOTAL_TIME)
                         took += seconds
                         if latency is not None:
-                            latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+                            self._timed(seconds)
                         completed(handle, None)
                     if controller is not None:
                         controller.completed(len(succeeded), took)
-                    self.latency_sum += took
                 for handle, code, message in failed:
                     if code in TLS_FATAL_ERRORS:  # only failures pay for this test
                         raise self._tls_fatal(handle, code, message)
                     if latency is not None:
-                        seconds = handle.getinfo(_TOTAL_TIME)
-                        latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
-                        self.latency_sum += seconds
+                        self._timed(handle.getinfo(_TOTAL_TIME))
                     completed(handle, (code, message))
                 if not queued:
                     break
@@ -406,6 +403,11 @@ class Fetcher:
                 self._resize(controller.decide(now))
         finished, self.finished = self.finished, []
         return finished
+
+    def _timed(self, seconds: float) -> None:
+        """--metrics: one request took `seconds` (its bucket of the latency histogram)."""
+        self.latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1  # type: ignore[index]
+        self.latency_sum += seconds
 
     def _next_due(self) -> float:
         """Seconds until a retry is due or a parked host may be asked again."""
