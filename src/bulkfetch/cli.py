@@ -33,6 +33,7 @@ class _LazyGroup(click.Group):
         "hash": "bulkfetch.cli_hash:hash_command",
         "bench": "bulkfetch.bench.command:bench",
         "serve": "bulkfetch.server.command:serve",
+        "pull": "bulkfetch.cli_pull:pull",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -5,8 +5,13 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from bulkfetch.errors import UsageError
+from bulkfetch.models import SHOWN_IN_FLIGHT
+
+if TYPE_CHECKING:
+    from bulkfetch.sources.oci import BlobPlan
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,7 @@ class SinkOptions:
     fanout: int = 0  # dir: levels of hash-prefix directories
     shard_files: int = 100_000  # tar: a shard takes no new page once it holds this many
     shard_size: int = 1 << 30  # tar: ... or this many bytes
+    fsync: bool = False  # dir: each file's data on disk before it is renamed into place
 
     def __post_init__(self) -> None:
         if self.kind not in ("dir", "tar", "null"):
@@ -227,6 +233,11 @@ class GetOptions:
     # --metrics HOST:PORT: Prometheus text served there, and the workers keep the latency
     # histogram and in-flight counts by host that it shows (not in fingerprint() either).
     metrics: str | None = None
+    # `bulkfetch pull`: the blobs its manifests name (the source then is this plan). Such a
+    # run starts a new journal every time (the pull itself finds what is missing) and keeps
+    # the partial files, which are named by content.
+    blobs: BlobPlan | None = None
+    shown_in_flight: int = SHOWN_IN_FLIGHT  # big files in flight a tick names (display rows)
 
     def fingerprint(self) -> dict[str, object]:
         """What makes two runs 'the same run' for resuming: source and output layout."""
@@ -248,7 +259,12 @@ class GetOptions:
         return found
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        if self.blobs is None:
+            return asdict(self)
+        from dataclasses import replace
+
+        # a pull's plan holds credentials and tokens: a report shows only its size
+        return asdict(replace(self, blobs=None)) | {"blobs": self.blobs.summary()}
 
 
 def table_identity(path: str) -> list[object]:

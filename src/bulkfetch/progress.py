@@ -51,14 +51,14 @@ def make_display(*, quiet: bool, stream: TextIO | None = None, force_plain: bool
     if quiet:
         return QuietDisplay()
     out = stream if stream is not None else sys.stderr
-    if force_plain or not _is_terminal(out):
+    if force_plain or not is_terminal(out):
         return PlainDisplay(out, interval_s=interval_s, clock=clock)
     from rich.console import Console
 
     return RichDisplay(Console(file=out), clock=clock)
 
 
-def _is_terminal(stream: TextIO) -> bool:
+def is_terminal(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream

@@ -164,3 +164,36 @@ def test_new_hasher_has_hashlibs_face() -> None:
     crc.update(BODY[10:])
     assert crc.name == "crc32" and crc.digest() == zlib.crc32(BODY).to_bytes(4, "big")
     assert new_hasher("sha256").name == "sha256"
+
+
+def test_a_pinned_digest_replaces_what_the_server_states() -> None:
+    from bulkfetch.engine.digests import Pinned
+
+    pinned = Pinned(len(BODY), "sha256", hashlib.sha256(BODY).digest())
+    wrong_md5 = b64(hashlib.md5(b"other").digest())
+    body = SpooledBody(("state", "blob", "url", 1), NullSpool(),
+                       lines(f"Content-Length: {len(BODY)}", f"Content-MD5: {wrong_md5}"),
+                       pinned=pinned)
+    body.write(BODY)
+    assert body.stated == {"sha256": pinned.digest}  # the server's MD5 is not the authority
+    assert body.mismatch(len(BODY), True) is None
+    assert pinned.mismatch(BODY) is None
+
+
+def test_a_body_unlike_its_pin_fails_and_an_overlong_one_stops_at_the_pinned_size() -> None:
+    from bulkfetch.engine.digests import Pinned
+
+    pinned = Pinned(len(BODY), "sha256", hashlib.sha256(BODY).digest())
+    altered = BODY[:-1] + b"!"
+    body = SpooledBody(("s", "blob", "u", 1), NullSpool(), lines(), pinned=pinned)
+    body.write(altered)
+    assert "does not match the digest the source gives" in str(body.mismatch(-1, True))
+    assert "does not match" in str(pinned.mismatch(altered))
+    assert "bytes, the source gives" in str(pinned.mismatch(BODY[:10]))
+    short = SpooledBody(("s", "blob", "u", 1), NullSpool(), lines(), pinned=pinned)
+    short.write(BODY[:10])
+    assert short.mismatch(-1, True) == f"body of 10 bytes, the source gives {len(BODY)}"
+    long = SpooledBody(("s", "blob", "u", 1), NullSpool(), lines(), pinned=pinned)
+    assert long.write(BODY) is None
+    assert long.write(b"x") == 0  # one byte past the pin stops the transfer
+    assert "longer than" in str(long.error)

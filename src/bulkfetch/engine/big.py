@@ -44,9 +44,11 @@ POLL_S = 0.02  # how often poll() looks for bytes to hash and to record
 NAP_S, NAP_BELOW_RATE, NAP_WINDOW_S = 0.004, 64 << 20, 0.1
 # A ranged file's bytes are recorded every CHECKPOINT_S seconds, or every CHECKPOINT_BYTES,
 # while at least CHECKPOINT_MIN bytes came since the last record: a kill -9 costs the rerun
-# about a second of the transfer. Every DURABLE_S a record follows an fsync of the data:
-# what a power loss costs (engine/resume.py).
-CHECKPOINT_S = 1.0
+# about a quarter of a second of the transfer (a record is a rename of a small file; at 1 s
+# a pull killed halfway at 280 MB/s fetched 65% again, benchmarks/pull.py, session 17).
+# Every DURABLE_S a record follows an fsync of the data: what a power loss costs
+# (engine/resume.py).
+CHECKPOINT_S = 0.25
 CHECKPOINT_BYTES = 256 << 20
 DURABLE_S = 10.0
 CHECKPOINT_MIN = 1 << 20
@@ -83,6 +85,14 @@ class BigFiles:
         """The in-memory attempt at `transfer` stopped at --spool-above; `lines` are its
         response's headers."""
         plan = split_plan(lines)
+        pinned = self.fetcher.pinned(transfer[1]) if self.fetcher.pinned else None
+        if pinned is not None and plan is not None:
+            if plan.total != pinned.size:  # the wrong file (or a lie): not worth a byte
+                self.fetcher._fail(transfer[0], transfer[1],
+                                   f"Content-Length {plan.total}, {pinned.vouched_by} gives "
+                                   f"{pinned.size}", transfer[3], transfer[2])
+                return
+            plan = plan.pin(pinned)
         if plan is None or plan.total < self.split_above:
             # Below --split-above one plain stream, hashed as it arrives: no resume
             # record, no pieces; such a file is not resumed, fetching it again costs little.
@@ -120,7 +130,11 @@ class BigFiles:
             spool.discard()
             return False
         stated = {algorithm: bytes.fromhex(value) for algorithm, value in record.digests}
-        plan = SplitPlan(record.total, record.validator, stated)
+        pinned = self.fetcher.pinned(name) if self.fetcher.pinned else None
+        if pinned is not None and record.total != pinned.size:
+            spool.discard()
+            return False
+        plan = SplitPlan(record.total, record.validator, stated).pin(pinned)
         self._begin(RangedFile.resumed(transfer, spool, plan, self.parts, record.parts), record)
         return True
 
@@ -188,7 +202,9 @@ class BigFiles:
             fetcher._fail(transfer[0], transfer[1], str(exc), transfer[3], transfer[2])
             return
         handle = fetcher.free.pop()
-        body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1])
+        body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1],
+                                    pinned=fetcher.pinned(transfer[1]) if fetcher.pinned
+                                    else None)
         spooling.prepare(handle, body.write)
         if fetcher.sign is not None:
             handle.setopt(pycurl.HTTPHEADER, fetcher.sign(transfer[2]))
@@ -250,8 +266,7 @@ class BigFiles:
         finally:
             self._free(handle)
 
-    @staticmethod
-    def _judge(body: spooling.SpooledBody | Part, error: tuple[int, str] | None,
+    def _judge(self, body: spooling.SpooledBody | Part, error: tuple[int, str] | None,
                ok_status: int) -> tuple[str, bool]:
         """(reason, retryable) of an attempt that went wrong; ("", True) when it did not."""
         if body.error is not None:
@@ -261,6 +276,11 @@ class BigFiles:
             code, message = error
             return f"{message} (curl error {code})", code in RETRYABLE_CURL_ERRORS
         if body.status != ok_status:
+            reauthorize = self.fetcher.reauthorize
+            if body.status == 401 and reauthorize is not None:
+                url = body.transfer[2] if isinstance(body, spooling.SpooledBody) \
+                    else body.file.transfer[2]
+                return "HTTP 401", reauthorize(url)
             return f"HTTP {body.status}", retryable_status(body.status)
         return "", True
 

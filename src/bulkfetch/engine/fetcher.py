@@ -34,11 +34,10 @@ from bulkfetch.engine.curl import (
     retryable_status,
     tls_failure,
 )
-from bulkfetch.engine.digests import BY_MD5, BY_SIZE
+from bulkfetch.engine.digests import BY_DIGEST, BY_MD5, BY_SIZE, Pinned
 from bulkfetch.engine.hosts import HostGate, host_label
 from bulkfetch.models import (
     LATENCY_BUCKETS,
-    SHOWN_IN_FLIGHT,
     Failure,
     Page,
     PageReport,
@@ -157,6 +156,12 @@ class Fetcher:
         # request's headers, set per transfer.
         self.sign: Callable[[str], list[str]] | None = getattr(
             source, "request_signer", lambda: None)()
+        # A source that vouches for its files' sizes and digests itself (a registry's blobs,
+        # from their manifests): name -> digests.Pinned, checked in place of the server's.
+        self.pinned: Callable[[str], Pinned | None] | None = getattr(source, "pinned", None)
+        # A source whose credentials expire (a registry's bearer token): url -> whether a
+        # 401 there is worth another attempt with renewed credentials.
+        self.reauthorize: Callable[[str], bool] | None = getattr(source, "reauthorize", None)
         # Per-host pauses (Retry-After) and --max-rps (a worker's share of it); made on
         # the first Retry-After when no --max-rps asks for it from the start.
         limits = options.limits
@@ -459,6 +464,10 @@ class Fetcher:
             chunks.clear()
             lines.clear()
             self.free.append(handle)
+            if self.pinned is not None and reason is None:
+                pinned = self.pinned(transfer[1])
+                if pinned is not None:
+                    reason, way = pinned.mismatch(body), BY_DIGEST
             if reason is None:
                 state = transfer[0]
                 try:
@@ -478,7 +487,8 @@ class Fetcher:
             return
         else:
             status = handle.getinfo(pycurl.RESPONSE_CODE)
-            retryable = retryable_status(status)
+            retryable = retryable_status(status) or (
+                status == 401 and self.reauthorize is not None and self.reauthorize(transfer[2]))
             reason = f"HTTP {status}" + error_code(chunks)
             if status in (429, 503):
                 retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
@@ -570,7 +580,7 @@ class Fetcher:
         partial, largest = 0, ()
         if self.spooling:
             partial, entries = self.big.in_flight()
-            largest = tuple(sorted(entries, key=largest_first)[:SHOWN_IN_FLIGHT])
+            largest = tuple(sorted(entries, key=largest_first)[:self.options.shown_in_flight])
         latency: tuple[int, ...] = ()
         if self.latency is not None:
             latency = tuple(self.latency)

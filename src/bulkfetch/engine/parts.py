@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bulkfetch.engine.digests import (
+    NoMd5,
+    Pinned,
     final_headers,
     final_status,
     mismatch,
@@ -54,6 +56,13 @@ class SplitPlan:
     total: int
     validator: str  # sent back in If-Range
     stated: dict[str, bytes]  # the whole file's digests the response stated
+    vouched_by: str = ""  # `stated` is what this vouches for (digests.Pinned), not the server
+
+    def pin(self, pinned: Pinned | None) -> SplitPlan:
+        """This plan with the digest the source vouches for in place of the server's."""
+        if pinned is None:
+            return self
+        return SplitPlan(self.total, self.validator, pinned.stated(), pinned.vouched_by)
 
 
 def split_plan(lines: list[bytes]) -> SplitPlan | None:
@@ -106,6 +115,8 @@ class RangedFile:
     in_line: bool = True  # hash where the hash stands in line; False: all on the thread
 
     def __post_init__(self) -> None:
+        if self.plan.vouched_by:
+            self.md5 = NoMd5()
         other = strongest(self.plan.stated)
         if other is not None:
             self.other = new_hasher(other[0])
@@ -163,7 +174,8 @@ class RangedFile:
     def hash_region(self, start: int, end: int) -> None:
         """Bytes [start, end) of the spool into the hashers: on the hashing thread, or on
         the loop's to catch up (hashlib and pread release the GIL)."""
-        hashers = [self.md5] if self.other is None else [self.md5, self.other]
+        hashers = [h for h in (self.md5, self.other) if h is not None
+                   and not isinstance(h, NoMd5)]
         offset = start
         while offset < end:
             chunk = os.pread(self.spool.fd, min(READ_CHUNK, end - offset), offset)
@@ -194,7 +206,8 @@ class RangedFile:
 
     def mismatch(self) -> str | None:
         """Why the complete file is not the one the server meant, or None."""
-        return mismatch(self.plan.stated, self.md5, self.other, "the file's ranges")
+        return mismatch(self.plan.stated, self.md5, self.other, "the file's ranges",
+                        self.plan.vouched_by)
 
     @property
     def checked_by_size_only(self) -> bool:

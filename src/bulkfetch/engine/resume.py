@@ -3,18 +3,18 @@
 A file fetched by ranges is written into DEST/.bulkfetch/partial/<key> (key: a hash of
 its name), which a new run does not empty. Beside it, <key>.json records the file's name,
 total size and validator, and for each piece its range and how many bytes from its start
-are written. The worker that owns the file writes the record, about every second, to a
-temporary name renamed over the old one.
+are written. The worker that owns the file writes the record every quarter second
+(big.CHECKPOINT_S) to a temporary name renamed over the old one.
 
 Which bytes a record may claim: a killed process loses nothing it wrote (its bytes are in
 the kernel's page cache), a machine that stops does. So a record names the machine's boot
 (Linux's boot id) and holds two layouts: the bytes written, good while the machine has
 not restarted, and the bytes made durable by the last fsync, about every DURABLE_S (the
 data fsynced first, then the record, itself fsynced). After a kill -9 a rerun continues
-from the last second; after a power loss, from the last fsync. An fsync every second stalls
-a fast download: strace of one 1 GiB download over one connection counted 14 fsyncs taking
-2.7 s in all (session 12; benchmarks/bigfiles.py's one-connection row went from 163 to
-272 MB/s with this change and in-line hashing together). Where the boot cannot be told,
+from the last quarter second; after a power loss, from the last fsync. An fsync every
+second stalls a fast download: strace of one 1 GiB download over one connection counted
+14 fsyncs taking 2.7 s in all (session 12; benchmarks/bigfiles.py's one-connection row went
+from 163 to 272 MB/s with this change and in-line hashing together). Where the boot cannot be told,
 every record is durable.
 
 A rerun of the same command finds the record when the name is listed again, asks only for

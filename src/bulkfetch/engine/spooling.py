@@ -17,6 +17,8 @@ from typing import Any
 import pycurl
 
 from bulkfetch.engine.digests import (
+    NoMd5,
+    Pinned,
     final_headers,
     final_status,
     mismatch,
@@ -49,6 +51,11 @@ class SpooledBody:
     retry_after: float | None = None
     announced: float = -1  # the Content-Length libcurl saw (-1: none)
     started: bool = False
+    pinned: Pinned | None = None  # the size and digest the source vouches for, if any
+
+    def __post_init__(self) -> None:
+        if self.pinned is not None:
+            self.md5 = NoMd5()
 
     def write(self, data: bytes) -> int | None:
         """libcurl's write callback. Returning 0 stops the transfer (CURLE_WRITE_ERROR):
@@ -60,6 +67,11 @@ class SpooledBody:
             if self.status != 200:
                 return 0
             self._read_headers()
+        pinned = self.pinned
+        if pinned is not None and self.size + len(data) > pinned.size:
+            self.error = SinkFailure(f"body longer than the {pinned.size:,} bytes "
+                                     f"{pinned.vouched_by} gives")
+            return 0
         try:
             self.spool.write(data)
         except (SinkFailure, SinkFatal) as exc:
@@ -75,7 +87,8 @@ class SpooledBody:
         headers = final_headers(self.lines)
         length = headers.get("content-length", "")
         self.total = int(length) if length.isdigit() else -1
-        self.stated = stated_digests(headers)
+        # a pinned digest is the trust root: what the response states adds nothing to it
+        self.stated = self.pinned.stated() if self.pinned else stated_digests(headers)
         other = strongest(self.stated)
         if other is not None:
             self.other = new_hasher(other[0])
@@ -88,7 +101,11 @@ class SpooledBody:
             return None
         if not self.started:  # an empty body: no chunk came to read the headers at
             self._read_headers()
-        return mismatch(self.stated, self.md5, self.other, "the body")
+        pinned = self.pinned
+        if pinned is not None and self.size != pinned.size:
+            return f"body of {self.size} bytes, {pinned.vouched_by} gives {pinned.size}"
+        return mismatch(self.stated, self.md5, self.other, "the body",
+                        pinned.vouched_by if pinned is not None else "")
 
 
 def prepare(handle: pycurl.Curl, write: Callable[[bytes], int | None]) -> None:

@@ -28,7 +28,6 @@ from bulkfetch.failures_file import write_failures
 from bulkfetch.journal import Journal, Totals
 from bulkfetch.live import LiveStatus
 from bulkfetch.models import (
-    SHOWN_IN_FLIGHT,
     Page,
     PageReport,
     Progress,
@@ -122,7 +121,8 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
     _prepare_dest(dest)
     source = make_source(options)
     try:
-        journal = Journal.open(dest, options.fingerprint(), restart=options.restart)
+        journal = Journal.open(dest, options.fingerprint(),
+                               restart=options.restart or options.blobs is not None)
     except UsageError:
         raise
     except BulkfetchError as exc:
@@ -202,7 +202,7 @@ class _Coordinator:
             in_flight=sum(t.in_flight for t in ticks),
             partial_bytes=sum(t.partial_bytes for t in ticks),
             largest=tuple(sorted((entry for t in ticks for entry in t.largest),
-                                 key=largest_first)[:SHOWN_IN_FLIGHT]),
+                                 key=largest_first)[:self.options.shown_in_flight]),
             pages_listed=self.pages_listed,
             pages_done=self.pages_done,
             listing_done=self.listing_done,

@@ -16,7 +16,7 @@ def open_sink(options: SinkOptions, dest: Path, worker: int) -> Sink:
         return NullSink()
     if options.kind == "tar":
         return TarSink(dest, worker, options.shard_files, options.shard_size)
-    return DirectorySink(dest, worker, options.fanout)
+    return DirectorySink(dest, worker, options.fanout, options.fsync)
 
 
 __all__ = ["DirectorySink", "NullSink", "Sink", "SinkFailure", "SinkFatal", "TarSink", "open_sink"]

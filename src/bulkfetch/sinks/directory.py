@@ -37,9 +37,12 @@ _OPEN_DIRS = 256
 
 
 class DirectorySink:
-    def __init__(self, dest: Path, worker: int, fanout: int = 0) -> None:
+    def __init__(self, dest: Path, worker: int, fanout: int = 0, fsync: bool = False) -> None:
         self.dest = dest
         self.fanout = fanout
+        # Each file's data on disk before its rename (`pull`: a blob in place is a blob
+        # whole); a plain get leaves write-back to the kernel (see end_page).
+        self.fsync = fsync
         self.prefix = f"w{worker}-{os.getpid()}-"
         self.counter = 0
         self.dest_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -120,6 +123,8 @@ class DirectorySink:
                     view = memoryview(body)[written:]
                     while view:
                         view = view[os.write(fd, view):]
+                if self.fsync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -131,19 +136,23 @@ class DirectorySink:
 
     def open_spool(self, name: str) -> FileSpool:
         self.counter += 1
-        return FileSpool(self.tmp_fd, self.prefix + str(self.counter), str(self.dest / TMP_DIR))
+        return FileSpool(self.tmp_fd, self.prefix + str(self.counter), str(self.dest / TMP_DIR),
+                         writeback=self.fsync)
 
     def open_partial(self, key: str) -> FileSpool:
-        return self.partials.open(key, reopen=True)
+        return self.partials.open(key, reopen=True, writeback=self.fsync)
 
     def store_spool(self, seq: int, name: str, spool: FileSpool, size: int, md5: str) -> None:
         try:
+            if self.fsync:
+                os.fsync(spool.fd)
             spool.close()
         except OSError as exc:
             spool.discard()
             raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
         self._publish(name, spool.name, spool.dir_fd)
-        self.sums.append((name, md5))
+        if md5:  # "" when nobody hashed it with MD5 (a pinned body: digests.NoMd5)
+            self.sums.append((name, md5))
 
     def _publish(self, name: str, temporary: str, source: int) -> None:
         """Rename the complete file `temporary` in the directory `source` into place as

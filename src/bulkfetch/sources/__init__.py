@@ -13,6 +13,10 @@ from bulkfetch.sources.urllist import UrlListSource
 
 def make_source(options: GetOptions, listing: bool = True) -> Source:
     """The run's source; `listing=False` for a worker, which only resolves items."""
+    if options.blobs is not None:
+        from bulkfetch.sources.oci import BlobSource
+
+        return BlobSource(options.blobs)
     if options.from_file:
         if table_format(options.source) is not None:
             return TableSource(options.source, options.table, listing=listing)

@@ -1,0 +1,1 @@
+"""Container images: references, registries, OCI layouts."""

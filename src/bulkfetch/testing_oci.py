@@ -1,0 +1,475 @@
+"""Real registries on loopback for `bulkfetch pull`'s tests and benchmarks (../shared/docs/
+REAL-SERVERS.md): Debian's docker-registry with no auth, htpasswd or token auth, a token
+issuer signing RS256 JWTs (x5c), nginx serving the registry's storage for its redirect
+middleware (optionally paced per connection, as a CDN), and test images built as OCI
+layouts and pushed with skopeo.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
+REF_NAME = "org.opencontainers.image.ref.name"
+BLOCK = 1 << 20
+
+
+# -- images ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerSpec:
+    """An uncompressed tar layer holding one file `layer-<seed>.bin` of `size` bytes derived
+    from `seed` alone: the same spec is the same blob, so images can share layers. Each MiB
+    is one random block with its index in front: gzip's 32 KiB window finds nothing to
+    shrink, and writing runs at disk speed."""
+
+    seed: int
+    size: int
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    manifest_digest: str
+    config_digest: str
+    layers: tuple[tuple[str, int], ...]  # (digest, size) in order
+
+
+@dataclass(frozen=True)
+class BuiltIndex:
+    tag: str
+    index_digest: str
+    images: dict[str, BuiltImage]  # by "os/arch[/variant]"
+
+
+def _put(layout: Path, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    path = layout / "blobs" / "sha256" / digest
+    if not path.exists():
+        path.write_bytes(data)
+    return "sha256:" + digest
+
+
+def _layer(layout: Path, spec: LayerSpec) -> tuple[str, int]:
+    blobs = layout / "blobs" / "sha256"
+    info = tarfile.TarInfo(f"layer-{spec.seed}.bin")
+    info.size, info.mode, info.mtime = spec.size, 0o644, 1_700_000_000
+    header = info.tobuf(format=tarfile.USTAR_FORMAT)
+    base = random.Random(spec.seed).randbytes(BLOCK)
+    hasher = hashlib.sha256()
+    temporary = blobs / f".building-{spec.seed}-{os.getpid()}"
+    with open(temporary, "wb") as out:
+        def write(data: bytes) -> None:
+            out.write(data)
+            hasher.update(data)
+
+        write(header)
+        left, index = spec.size, 0
+        while left > 0:
+            block = index.to_bytes(8, "big") + base[8:]
+            write(block[:left] if left < BLOCK else block)
+            left -= BLOCK
+            index += 1
+        write(b"\0" * (-spec.size % 512) + b"\0" * 1024)
+        size = out.tell()
+    digest = hasher.hexdigest()
+    os.replace(temporary, blobs / digest)
+    return "sha256:" + digest, size
+
+
+def _index_entries(layout: Path) -> list[dict[str, Any]]:
+    path = layout / "index.json"
+    if path.exists():
+        return list(json.loads(path.read_text())["manifests"])
+    return []
+
+
+def _record(layout: Path, entry: dict[str, Any]) -> None:
+    tag = entry["annotations"][REF_NAME]
+    entries = [e for e in _index_entries(layout)
+               if (e.get("annotations") or {}).get(REF_NAME) != tag] + [entry]
+    (layout / "index.json").write_text(json.dumps(
+        {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}))
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+
+
+def _image(layout: Path, layers: Sequence[LayerSpec], os_name: str, arch: str,
+           variant: str | None) -> tuple[bytes, BuiltImage]:
+    (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    built = [_layer(layout, spec) for spec in layers]
+    config = {"architecture": arch, "os": os_name, "config": {},
+              "rootfs": {"type": "layers", "diff_ids": [digest for digest, _ in built]}}
+    if variant:
+        config["variant"] = variant
+    config_bytes = json.dumps(config).encode()
+    config_digest = _put(layout, config_bytes)
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": config_digest,
+                   "size": len(config_bytes)},
+        "layers": [{"mediaType": LAYER_TAR, "digest": digest, "size": size}
+                   for digest, size in built]}).encode()
+    return manifest, BuiltImage("", _put(layout, manifest), config_digest, tuple(built))
+
+
+def build_image(layout: Path, tag: str, layers: Sequence[LayerSpec], *, os_name: str = "linux",
+                arch: str = "amd64", variant: str | None = None) -> BuiltImage:
+    """Write (or add to) an OCI layout: the image's blobs and an index.json entry `tag`."""
+    manifest, image = _image(layout, layers, os_name, arch, variant)
+    _record(layout, {"mediaType": OCI_MANIFEST, "digest": image.manifest_digest,
+                     "size": len(manifest), "annotations": {REF_NAME: tag}})
+    return BuiltImage(tag, image.manifest_digest, image.config_digest, image.layers)
+
+
+def build_index(layout: Path, tag: str, platforms: dict[str, Sequence[LayerSpec]]) -> BuiltIndex:
+    """A multi-platform image index `tag` over one image per "os/arch[/variant]"."""
+    images, descriptors = {}, []
+    for name, layers in platforms.items():
+        os_name, arch, *rest = name.split("/")
+        variant = rest[0] if rest else None
+        manifest, image = _image(layout, layers, os_name, arch, variant)
+        images[name] = BuiltImage(tag, image.manifest_digest, image.config_digest,
+                                  image.layers)
+        platform = {"os": os_name, "architecture": arch}
+        if variant:
+            platform["variant"] = variant
+        descriptors.append({"mediaType": OCI_MANIFEST, "digest": image.manifest_digest,
+                            "size": len(manifest), "platform": platform})
+    index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                        "manifests": descriptors}).encode()
+    digest = _put(layout, index)
+    _record(layout, {"mediaType": OCI_INDEX, "digest": digest, "size": len(index),
+                     "annotations": {REF_NAME: tag}})
+    return BuiltIndex(tag, digest, images)
+
+
+def push(layout: Path, tag: str, registry: str, repo: str, *,
+         creds: tuple[str, str] | None = None, all_platforms: bool = False) -> None:
+    """skopeo copy of oci:LAYOUT:TAG to the registry, digests kept as built (without
+    --preserve-digests skopeo would compress the layers and change them)."""
+    command = ["skopeo", "copy", "-q", "--insecure-policy", "--dest-tls-verify=false",
+               "--preserve-digests"]
+    if all_platforms:
+        command.append("--all")
+    if creds:
+        command += ["--dest-creds", f"{creds[0]}:{creds[1]}"]
+    done = subprocess.run([*command, f"oci:{layout}:{tag}", f"docker://{registry}/{repo}:{tag}"],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"skopeo push of {tag} failed: {done.stderr.strip()}")
+
+
+# -- servers -------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], what: str,
+                   log: Path) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text(errors='replace')[-2000:]}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"{what} did not listen within 20 s: "
+                       f"{log.read_text(errors='replace')[-2000:]}")
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    method: str
+    path: str
+    status: int
+    bytes: int
+    auth: bool | None = None  # whether an Authorization header came (blob host only)
+    range: str = ""
+
+
+class _Process:
+    process: subprocess.Popen[bytes] | None = None
+
+    def stop(self) -> None:
+        """End the server and whatever it started (nginx's workers): it leads a session."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class TokenIssuer:
+    """The registry's token service: GET /token?service=S&scope=repository:R:pull[,push].
+    Anonymous callers get pull (when `anonymous`); `users` with Basic get pull and push; a
+    wrong password gets 401. Tokens live `ttl_s` seconds."""
+
+    def __init__(self, workdir: Path, *, users: dict[str, str] | None = None,
+                 anonymous: bool = True, ttl_s: int = 300, service: str = "bulkfetch-test",
+                 issuer: str = "bulkfetch-test-issuer") -> None:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        from cryptography.x509.oid import NameOID
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.users, self.anonymous, self.ttl_s = dict(users or {}), anonymous, ttl_s
+        self.service, self.issuer = service, issuer
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(days=1))
+                .not_valid_after(now + datetime.timedelta(days=2))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .sign(self.key, hashes.SHA256()))
+        self.cert_path = workdir / "issuer.pem"
+        self.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        self.x5c = base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()
+        self.tokens_issued = 0
+        self.refused = 0
+        self.scopes: list[str] = []
+        self._lock = threading.Lock()
+        issuer_self = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                issuer_self._answer(self)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.realm = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> TokenIssuer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _answer(self, request: BaseHTTPRequestHandler) -> None:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        parts = urlsplit(request.path)
+        query = parse_qs(parts.query)
+        header = request.headers.get("Authorization", "")
+        user = None
+        if header.startswith("Basic "):
+            name, _, password = base64.b64decode(header[6:]).decode().partition(":")
+            if self.users.get(name) != password:
+                return self._send(request, 401, {"details": "bad credentials"})
+            user = name
+        elif not self.anonymous:
+            return self._send(request, 401, {"details": "credentials needed"})
+        access = []
+        for scope in query.get("scope", []):
+            self.scopes.append(scope)
+            kind, _, rest = scope.partition(":")
+            repo, _, actions = rest.rpartition(":")
+            granted = [a for a in actions.split(",") if a == "pull" or user is not None]
+            access.append({"type": kind, "name": repo, "actions": granted})
+        now = int(time.time())
+        claims = {"iss": self.issuer, "sub": user or "", "aud": query.get("service", [""])[0],
+                  "exp": now + self.ttl_s, "nbf": now - 5, "iat": now, "jti": uuid.uuid4().hex,
+                  "access": access}
+        head = {"alg": "RS256", "typ": "JWT", "x5c": [self.x5c]}
+        signing = f"{_b64url(json.dumps(head).encode())}.{_b64url(json.dumps(claims).encode())}"
+        signature = self.key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
+        token = f"{signing}.{_b64url(signature)}"
+        with self._lock:
+            self.tokens_issued += 1
+        issued = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._send(request, 200, {"token": token, "access_token": token,
+                                  "expires_in": self.ttl_s, "issued_at": issued})
+
+    def _send(self, request: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
+        if status == 401:
+            with self._lock:
+                self.refused += 1
+        data = json.dumps(body).encode()
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
+
+
+class BlobHost(_Process):
+    """nginx serving the registry's storage directory where its redirect middleware sends
+    blob GETs (distribution 2.8 keeps the base URL's scheme and host, and the path is the
+    storage path: /docker/registry/v2/blobs/sha256/AB/HEX/data). `limit_rate` paces each
+    connection. The access log records whether an Authorization header came, never it."""
+
+    def __init__(self, data_dir: Path, *, limit_rate: int = 0, workdir: Path | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.work = Path(workdir) if workdir else self.data_dir.parent / \
+            f"blobhost-{uuid.uuid4().hex[:8]}"
+        self.limit_rate = limit_rate
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> BlobHost:
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        self.log_path = self.work / "access.log"
+        self.log_path.touch()
+        user = "user root;\n" if os.geteuid() == 0 else ""
+        pace = f"limit_rate {self.limit_rate};" if self.limit_rate else ""
+        config = self.work / "nginx.conf"
+        config.write_text(f"""{user}worker_processes 1;
+pid {self.work / 'nginx.pid'};
+error_log {self.work / 'error.log'} warn;
+events {{ worker_connections 1024; }}
+http {{
+  map $http_authorization $auth {{ "" no; default yes; }}
+  log_format blobs '$request_method $uri $status $body_bytes_sent auth=$auth range=$http_range';
+  access_log {self.log_path} blobs;
+  client_body_temp_path {self.work}; proxy_temp_path {self.work};
+  fastcgi_temp_path {self.work}; uwsgi_temp_path {self.work}; scgi_temp_path {self.work};
+  server {{
+    listen 127.0.0.1:{self.port};
+    root {self.data_dir};
+    location / {{ {pace} }}
+  }}
+}}
+""")
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        errors = self.work / "stderr"
+        with open(errors, "wb") as err:
+            self.process = subprocess.Popen([nginx, "-c", str(config), "-g", "daemon off;"],
+                                            stdout=subprocess.DEVNULL, stderr=err,
+                                            start_new_session=True)
+        _wait_for_port(self.port, self.process, "nginx", errors)
+        return self
+
+    def access_log(self) -> list[LogEntry]:
+        entries = []
+        for line in self.log_path.read_text().splitlines():
+            fields = line.split(" ", 5)
+            if len(fields) < 6:
+                continue
+            entries.append(LogEntry(fields[0], fields[1], int(fields[2]), int(fields[3]),
+                                    fields[4] == "auth=yes", fields[5][len("range="):]))
+        return entries
+
+
+_ACCESS = re.compile(r'"(\w+) (\S+) HTTP/[\d.]+" (\d{3}) (\d+|-)')
+
+
+def _htpasswd(users: dict[str, str]) -> str:
+    import bcrypt  # the registry reads bcrypt hashes only (test extra)
+
+    return "".join(f"{name}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()}\n"
+                   for name, password in users.items())
+
+
+@dataclass
+class Registry(_Process):
+    """docker-registry on 127.0.0.1 with a config of ours (never the packaged one, which
+    listens on every interface). `data_dir` may be another registry's storage: a second
+    registry over the same blobs (e.g. with redirects) without pushing again."""
+
+    workdir: Path
+    auth: str | None = None  # None | "htpasswd" | "token"
+    users: dict[str, str] | None = None
+    issuer: TokenIssuer | None = None
+    redirect_to: BlobHost | str | None = None
+    data_dir: Path | None = None
+    port: int = 0
+    log_path: Path = field(init=False)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Registry:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = Path(self.data_dir or self.workdir / "data")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        config: dict[str, Any] = {
+            "version": 0.1, "log": {"level": "info", "accesslog": {"disabled": False}},
+            "storage": {"filesystem": {"rootdirectory": str(self.data_dir)},
+                        "delete": {"enabled": True}},
+            "http": {"addr": self.address}}
+        if self.auth == "htpasswd":
+            passwords = self.workdir / "htpasswd"
+            passwords.write_text(_htpasswd(self.users or {}))
+            config["auth"] = {"htpasswd": {"realm": "bulkfetch-test", "path": str(passwords)}}
+        elif self.auth == "token":
+            if self.issuer is None:
+                raise ValueError("auth='token' needs an issuer")
+            config["auth"] = {"token": {"realm": self.issuer.realm,
+                                        "service": self.issuer.service,
+                                        "issuer": self.issuer.issuer,
+                                        "rootcertbundle": str(self.issuer.cert_path)}}
+        if self.redirect_to is not None:
+            base = self.redirect_to.url if isinstance(self.redirect_to, BlobHost) \
+                else self.redirect_to
+            config["middleware"] = {"storage": [{"name": "redirect",
+                                                 "options": {"baseurl": base}}]}
+        path = self.workdir / "config.yml"
+        path.write_text(json.dumps(config))  # JSON is YAML
+        self.log_path = self.workdir / "registry.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(["docker-registry", "serve", str(path)],
+                                            stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        _wait_for_port(self.port, self.process, "docker-registry", self.log_path)
+        return self
+
+    def access_log(self) -> list[LogEntry]:
+        """The combined-log lines, in order."""
+        entries = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            match = _ACCESS.search(line)
+            if match and not line.startswith("time="):
+                entries.append(LogEntry(match[1], match[2], int(match[3]),
+                                        0 if match[4] == "-" else int(match[4])))
+        return entries
