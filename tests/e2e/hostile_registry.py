@@ -32,12 +32,16 @@ class HostileRegistry:
     def __init__(self) -> None:
         self.answers: dict[str, Answer] = {}
         self.requests: list[str] = []
+        self.throttled: dict[str, int] = {}  # path -> 429s still to answer before the rest
         registry = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 registry.requests.append(self.path)
                 answer = registry.answers.get(self.path)
+                if registry.throttled.get(self.path, 0) > 0:
+                    registry.throttled[self.path] -= 1
+                    answer = Answer(b"slow down", {"Retry-After": "1"}, status=429)
                 if self.path == "/v2/":
                     answer = Answer(b"{}")
                 if answer is None:
@@ -70,7 +74,8 @@ class HostileRegistry:
         self.answers[f"/v2/{repo}/blobs/{digest}"] = Answer(body, dict(headers))
 
     def image(self, repo: str, tag: str, layers: list[tuple[bytes, dict[str, object]]],
-              manifest_digest_header: str | None = None) -> bytes:
+              manifest_digest_header: str | None = None,
+              extra_headers: dict[str, str] | None = None) -> bytes:
         """Serve an image whose layers are (body, descriptor overrides); returns the
         manifest. Each layer's blob is served under the descriptor's digest."""
         config = json.dumps({"architecture": "amd64", "os": "linux",
@@ -87,7 +92,8 @@ class HostileRegistry:
             "config": {"mediaType": CONFIG, "digest": sha256(config), "size": len(config)},
             "layers": descriptors}).encode()
         headers = {"Content-Type": OCI_MANIFEST,
-                   "Docker-Content-Digest": manifest_digest_header or sha256(manifest)}
+                   "Docker-Content-Digest": manifest_digest_header or sha256(manifest),
+                   **(extra_headers or {})}
         self.answers[f"/v2/{repo}/manifests/{tag}"] = Answer(manifest, headers)
         self.answers[f"/v2/{repo}/manifests/{sha256(manifest)}"] = Answer(manifest, headers)
         return manifest

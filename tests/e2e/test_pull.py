@@ -307,3 +307,46 @@ def test_a_killed_pull_resumes_from_the_bytes_it_had(tmp_path: Path) -> None:
             rerun_bytes = sum(entry.bytes for entry in blobs.access_log()[mark:])
             assert rerun_bytes <= size * 0.6, (first_bytes, rerun_bytes)
             assert not (dest / ".bulkfetch").exists()
+
+
+def test_a_token_issuer_that_wants_a_user_gets_the_basic_credentials(tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    built = build_image(layout, "v1", [LayerSpec(50, 70_000)])
+    with TokenIssuer(tmp_path / "issuer", users={"bob": "builder"}, anonymous=False) as issuer, \
+            Registry(tmp_path / "reg", auth="token", issuer=issuer) as registry:
+        push(layout, "v1", registry.address, "team/app", creds=("bob", "builder"))
+        ref = f"{registry.address}/team/app:v1"
+        anonymous = run_pull(tmp_path, ref, str(tmp_path / "a"))
+        assert anonymous.returncode == 2
+        assert "refused anonymous pulls" in anonymous.stderr
+        assert not (tmp_path / "a" / "index.json").exists()
+        proc = run_pull(tmp_path, "--username", "bob", "--password-stdin", ref,
+                        str(tmp_path / "b"), stdin="builder\n")
+        assert proc.returncode == 0, proc.stderr
+        assert refs(tmp_path / "b") == {"v1": built.manifest_digest}
+        assert any(scope == "repository:team/app:pull" for scope in issuer.scopes)
+
+
+def test_a_docker_v2_image_is_recorded_with_an_oci_manifest(tmp_path: Path,
+                                                            plain: tuple) -> None:
+    registry, _ = plain
+    layout = tmp_path / "layout"
+    build_image(layout, "d1", [LayerSpec(60, 90_000), LayerSpec(61, 40_000)])
+    pushed = subprocess.run(["skopeo", "copy", "-q", "--insecure-policy",
+                             "--dest-tls-verify=false", "--format", "v2s2", f"oci:{layout}:d1",
+                             f"docker://{registry.address}/team/docker:d1"],
+                            capture_output=True, text=True)
+    assert pushed.returncode == 0, pushed.stderr
+    dest = tmp_path / "dest"
+    proc = run_pull(tmp_path, f"{registry.address}/team/docker:d1", str(dest))
+    assert proc.returncode == 0, proc.stderr
+    assert "a Docker v2 image" in proc.stderr
+    index = json.loads((dest / "index.json").read_text())
+    assert index["manifests"][0]["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    copied = subprocess.run(["skopeo", "copy", "--insecure-policy", f"oci:{dest}:d1",
+                             f"dir:{tmp_path / 'out'}"], capture_output=True, text=True)
+    assert copied.returncode == 0, copied.stderr
+    unpacked = subprocess.run(["umoci", "unpack", "--rootless", "--image", f"{dest}:d1",
+                               str(tmp_path / "bundle")], capture_output=True, text=True)
+    assert unpacked.returncode == 0, unpacked.stderr
+    assert (tmp_path / "bundle" / "rootfs" / "layer-61.bin").stat().st_size == 40_000

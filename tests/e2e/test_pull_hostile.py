@@ -138,3 +138,15 @@ def test_a_foreign_layer_at_a_file_url_is_refused(tmp_path: Path,
     proc = pull(tmp_path, f"{registry.address}/team/app:v1")
     secret.unlink()
     assert_refused(tmp_path, proc, "file://", "only http(s)")
+
+
+def test_docker_hubs_rate_limit_is_shown_and_a_429_is_waited_out(
+        tmp_path: Path, registry: HostileRegistry) -> None:
+    registry.image("team/app", "v1", [(GOOD, {})], extra_headers={
+        "RateLimit-Limit": "100;w=21600", "RateLimit-Remaining": "76;w=21600"})
+    path = f"/v2/team/app/blobs/{sha256(GOOD)}"
+    registry.throttled[path] = 1
+    proc = pull(tmp_path, f"{registry.address}/team/app:v1")
+    assert proc.returncode == 0, proc.stderr
+    assert "76 of 100 pulls left (per 21600 s)" in proc.stderr
+    assert registry.requests.count(path) >= 2

@@ -11,6 +11,7 @@ import pytest
 from bulkfetch.errors import UsageError
 from bulkfetch.oci.auth import Credentials, docker_config_credentials, parse_challenge
 from bulkfetch.oci.manifest import (
+    DOCKER_MANIFEST,
     OCI_INDEX,
     OCI_MANIFEST,
     ManifestError,
@@ -20,6 +21,7 @@ from bulkfetch.oci.manifest import (
     parse_index,
     parse_platform,
     pick,
+    to_oci,
 )
 
 HEX = "c" * 64
@@ -120,3 +122,22 @@ def test_docker_config_auths_give_credentials(tmp_path: Path) -> None:
     config.write_text("[1, 2]")
     with pytest.raises(UsageError, match=str(config)):
         docker_config_credentials("x", config)
+
+
+def test_a_docker_manifest_becomes_an_oci_one_over_the_same_blobs() -> None:
+
+
+    docker = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": descriptor(
+        "application/vnd.docker.container.image.v1+json", size=5), "layers": [
+        descriptor("application/vnd.docker.image.rootfs.diff.tar.gzip", size=7),
+        descriptor("application/vnd.docker.image.rootfs.foreign.diff.tar.gzip", size=9,
+                   urls=["https://cdn.example/l.tgz"])]}).encode()
+    converted = json.loads(to_oci(parse_image(docker)))
+    assert converted["mediaType"] == OCI_MANIFEST
+    assert converted["config"] == {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                   "digest": "sha256:" + HEX, "size": 5}
+    assert [layer["mediaType"] for layer in converted["layers"]] == [
+        "application/vnd.oci.image.layer.v1.tar+gzip",
+        "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"]
+    assert converted["layers"][1]["urls"] == ["https://cdn.example/l.tgz"]
+    assert parse_image(to_oci(parse_image(docker))).layers[0].size == 7

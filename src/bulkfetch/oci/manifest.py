@@ -155,6 +155,38 @@ def parse_image(body: bytes) -> Image:
                                enumerate(layers)))
 
 
+# Docker's media types and their OCI equals, for an image stored in an OCI layout: skopeo's
+# oci: transport and umoci read OCI manifests only (a Docker one: "no descriptor found").
+_TO_OCI = {
+    DOCKER_MANIFEST: OCI_MANIFEST,
+    "application/vnd.docker.container.image.v1+json": "application/vnd.oci.image.config.v1+json",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip":
+        "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.docker.image.rootfs.diff.tar.zstd":
+        "application/vnd.oci.image.layer.v1.tar+zstd",
+    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip":
+        "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+}
+
+
+def to_oci(image: Image) -> bytes:
+    """The OCI manifest of an image a Docker v2 manifest describes, as skopeo writes it when
+    copying docker:// to oci:: the same config and layer blobs, OCI media types. (Its bytes,
+    and so its digest, differ from the registry's manifest.)"""
+    def described(descriptor: Descriptor) -> dict[str, object]:
+        found: dict[str, object] = {
+            "mediaType": _TO_OCI.get(descriptor.media_type, descriptor.media_type),
+            "digest": str(descriptor.digest), "size": descriptor.size}
+        if descriptor.urls:
+            found["urls"] = list(descriptor.urls)
+        return found
+
+    return json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                       "config": described(image.config),
+                       "layers": [described(layer) for layer in image.layers]},
+                      separators=(",", ":")).encode()
+
+
 def _variant_matches(want: Platform, have: Platform) -> bool:
     if not want.variant:
         return True

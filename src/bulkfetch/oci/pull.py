@@ -34,9 +34,11 @@ from bulkfetch.oci import layout
 from bulkfetch.oci.auth import Credentials, docker_config_credentials
 from bulkfetch.oci.cache import BlobCache
 from bulkfetch.oci.manifest import (
+    DOCKER_MANIFEST,
     IMAGE_TYPES,
     INDEX_TYPES,
     MAX_MANIFEST,
+    OCI_MANIFEST,
     Descriptor,
     Image,
     ManifestError,
@@ -46,6 +48,7 @@ from bulkfetch.oci.manifest import (
     parse_index,
     parse_platform,
     pick,
+    to_oci,
 )
 from bulkfetch.oci.reference import Digest, Reference, parse_reference
 from bulkfetch.oci.registry import Fetched, Registry, RegistryError
@@ -171,8 +174,15 @@ def resolve(options: PullOptions, say: Callable[[str], None],
             raise RegistryError(f"{ref}: the image config claims {image.config.size:,} bytes")
         config = _local_blob(places or [], image.config.digest, image.config.size) or \
             registry.small_blob(image.config.digest, image.config.size, f"{ref}: config")
+        if manifest.media_type == DOCKER_MANIFEST:  # stored as skopeo would: see to_oci
+            body = to_oci(image)
+            manifest = Fetched(OCI_MANIFEST, body,
+                               Digest("sha256", hashlib.sha256(body).hexdigest()),
+                               manifest.pulls_left)
+            say(f"{ref}: a Docker v2 image, recorded with an OCI manifest")
         say(f"{ref}: {len(image.layers)} layers, "
-            f"{sum(layer.size for layer in image.layers):,} bytes ({manifest.digest})")
+            f"{sum(layer.size for layer in image.layers):,} bytes ({manifest.digest})"
+            + (f"; the registry says {top.pulls_left}" if top.pulls_left else ""))
         resolved.append(Resolved(ref, registry, manifest, image, config))
     return resolved
 

@@ -42,6 +42,20 @@ class Fetched:
     media_type: str
     body: bytes
     digest: Digest
+    pulls_left: str = ""  # Docker Hub's RateLimit-Remaining / RateLimit-Limit, when sent
+
+
+def pulls_left(lines: list[bytes]) -> str:
+    """'76 of 100 pulls left (per 21600 s)' from Docker Hub's ratelimit-* headers, or ''."""
+    remaining = header_value(lines, b"ratelimit-remaining") or ""
+    limit = header_value(lines, b"ratelimit-limit") or ""
+    left, _, window = remaining.partition(";w=")
+    most = limit.partition(";")[0]
+    if not left.strip().isdigit():
+        return ""
+    text = f"{left.strip()} of {most.strip()} pulls left" if most.strip().isdigit() \
+        else f"{left.strip()} pulls left"
+    return text + (f" (per {window.strip()} s)" if window.strip().isdigit() else "")
 
 
 class Registry:
@@ -140,7 +154,7 @@ class Registry:
             kind = media_type(body, header_value(lines, b"content-type") or "")
         except ManifestError as exc:
             raise RegistryError(f"{what}: {exc}") from None
-        return Fetched(kind, body, digest)
+        return Fetched(kind, body, digest, pulls_left(lines))
 
     def small_blob(self, digest: Digest, size: int, what: str) -> bytes:
         """A small blob (an image config), checked against its digest and size."""
