@@ -10,7 +10,7 @@ from typing import Any
 from bulkfetch.api import build_options
 from bulkfetch.engine.lister import Listed
 from bulkfetch.journal import Journal
-from bulkfetch.runners.local import _Coordinator
+from bulkfetch.runners.coordinator import Coordinator
 from bulkfetch.sources import make_source
 from bulkfetch.sources.base import ListedPage
 
@@ -41,15 +41,15 @@ class Tasks:
     def __init__(self) -> None:
         self.sent: list[Any] = []
 
-    def put(self, page: Any) -> None:
+    def send(self, page: Any) -> None:
         self.sent.append(page)
 
 
-def _coordinator(tmp_path: Path) -> _Coordinator:
+def _coordinator(tmp_path: Path) -> Coordinator:
     options = build_options("http://127.0.0.1:9", tmp_path / "dest", workers=1, sink="null")
     (tmp_path / "dest").mkdir()
     journal = Journal.open(tmp_path / "dest", {"source": "test"})
-    return _Coordinator(options, make_source(options), journal, None)
+    return Coordinator(options, make_source(options), journal, None)
 
 
 def _pages(count: int) -> list[Listed]:

@@ -12,7 +12,8 @@ from bulkfetch import index
 from bulkfetch.api import build_options
 from bulkfetch.journal import Journal
 from bulkfetch.models import Failure, PageReport
-from bulkfetch.runners.local import _Coordinator, _journal_stored_retries
+from bulkfetch.runners.coordinator import Coordinator as _Coordinator
+from bulkfetch.runners.dest import journal_stored_retries as _journal_stored_retries
 from bulkfetch.sources import make_source
 
 MD5 = "0" * 32

@@ -185,7 +185,7 @@ def test_new_handle_takes_each_kind_of_trust(tmp_path: Path) -> None:
 def test_a_workers_fatal_message_says_whether_the_user_must_act(
         tmp_path: Path, message: tuple[object, ...], code: int) -> None:
     from bulkfetch.journal import Journal
-    from bulkfetch.runners.local import _Coordinator
+    from bulkfetch.runners.coordinator import Coordinator as _Coordinator
     from bulkfetch.sources import make_source
 
     options = build_options("https://127.0.0.1:9", tmp_path / "dest", workers=1, sink="null")

@@ -1,0 +1,64 @@
+"""What a run does to DEST around its workers: check it, bring tar shards and their index
+in line with the journal before workers start, and clean up after workers that were killed.
+Shared by every runner whose sinks write DEST on this machine."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+from bulkfetch import index
+from bulkfetch.errors import BulkfetchError, UsageError
+from bulkfetch.journal import Journal
+from bulkfetch.sinks.directory import TMP_DIR
+
+
+def prepare_dest(dest: Path) -> None:
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"DEST {str(dest)!r} exists and is not a directory")
+
+
+def prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:
+    """Shards and index agree with each other and with the journal before workers start.
+    --restart keeps the earlier shards readable until their files are stored again (a failed
+    re-fetch never costs the older good copy); only an unusable index is removed."""
+    try:
+        if restart:
+            try:
+                index.forget_pages(dest)
+            except sqlite3.Error:
+                index.remove_all(dest)
+        index.connect(dest, create=True).close()  # created, or migrated to this schema
+        for report in index.recover(dest, journal.page_is_done):
+            journal.page_done(report)
+        journal_stored_retries(dest, journal)
+        index.drop_superseded(dest)
+    except (OSError, sqlite3.Error) as exc:
+        raise BulkfetchError(f"cannot prepare the shards in {dest}: {exc}") from None
+
+
+def journal_stored_retries(dest: Path, journal: Journal,
+                            failures: Iterable[tuple[int, str]] | None = None) -> None:
+    """A --retry-failed page's report is not replayed by recover() (the page is done
+    already): the names that pass stored, found in the index, leave the journal's failures
+    here, or a later --retry-failed would store them a second time. `failures`: the (seq,
+    name) to look at; every journaled failure when not given."""
+    stored = index.stored_after_failing(
+        dest, journal.failed_names() if failures is None else failures)
+    if stored:
+        journal.retry_succeeded(stored, sizes=stored)
+
+
+def remove_temporaries(dest: Path, sink_kind: str) -> None:
+    """What killed workers left: files in DEST/.bulkfetch/tmp; for tar, .tar.part shards
+    (finished by renaming when indexed, else deleted, as the next start would)."""
+    tmp = dest / TMP_DIR
+    shutil.rmtree(tmp, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        tmp.mkdir(parents=True, exist_ok=True)
+    if sink_kind == "tar":
+        with contextlib.suppress(OSError, sqlite3.Error):
+            index.recover(dest, lambda seq: True)

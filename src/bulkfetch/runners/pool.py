@@ -1,0 +1,121 @@
+"""Workers as the coordinator sees them: somewhere to send pages, something that answers.
+
+A WorkerPool starts W workers, each with its own Fetcher and sink (engine/worker.py), takes
+pages for whichever worker is free, and hands back what the workers said, as messages:
+("pages", pages finished fetching, durable PageReports), ("tick", Tick), ("fatal", message[,
+usage]) and ("exit", worker). The coordinator (runners/coordinator.py) knows nothing else
+about them, so a pool of processes on this machine (ProcessPool) and one of actors on a
+cluster are interchangeable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+from typing import Any, Protocol
+
+from bulkfetch.config import GetOptions
+from bulkfetch.engine.channel import channel
+from bulkfetch.engine.worker import worker_main
+from bulkfetch.models import Page
+
+Message = tuple[Any, ...]
+
+
+class WorkerPool(Protocol):
+    size: int  # workers started
+
+    def start(self) -> None: ...
+
+    def send(self, page: Page) -> None: ...
+
+    def receive(self, timeout: float) -> list[Message]:
+        """What the workers said: waits up to `timeout` for the first message, then takes
+        whatever else is there without waiting ([] when nothing came)."""
+        ...
+
+    def dead(self) -> str | None:
+        """Why a worker is gone before it was told to stop (for the run's error), or None."""
+        ...
+
+    def all_gone(self) -> bool: ...
+
+    def finish(self, stop_now: bool) -> None:
+        """No more pages; `stop_now`: give up the pages in hand (interrupted, or an error)."""
+        ...
+
+    def join(self) -> None:
+        """Wait for the workers to end, killing those that do not."""
+        ...
+
+    def kill(self) -> None:
+        """End every worker at once (from a signal handler)."""
+        ...
+
+
+class ProcessPool:
+    """W forked worker processes: pages down one queue, everything up one results channel."""
+
+    def __init__(self, options: GetOptions) -> None:
+        context = multiprocessing.get_context("fork")
+        self.tasks, self.stop_event = context.Queue(), context.Event()
+        # The pool keeps the write end too: with it closed here, the read end would say
+        # EOF (EOFError) once the last worker exits, instead of "nothing yet".
+        self.results, self.outbox = channel(context)
+        self.workers = [
+            context.Process(target=worker_main, name=f"bulkfetch-worker-{i}", daemon=True,
+                            args=(i, options, self.tasks, self.outbox, self.stop_event,
+                                  os.getpid()))
+            for i in range(options.limits.workers)
+        ]
+        self.size = len(self.workers)
+
+    def start(self) -> None:
+        for worker in self.workers:
+            worker.start()
+
+    def send(self, page: Page) -> None:
+        self.tasks.put(page)
+
+    def receive(self, timeout: float) -> list[Message]:
+        try:
+            messages = [self.results.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                messages.append(self.results.get_nowait())
+            except queue.Empty:
+                return messages
+
+    def dead(self) -> str | None:
+        for worker in self.workers:
+            if not worker.is_alive():
+                return f"worker process {worker.name} died (exit code {worker.exitcode})"
+        return None
+
+    def all_gone(self) -> bool:
+        return not any(worker.is_alive() for worker in self.workers)
+
+    def finish(self, stop_now: bool) -> None:
+        if stop_now:
+            self.stop_event.set()
+        for _ in self.workers:
+            self.tasks.put(None)
+
+    def join(self) -> None:
+        for worker in self.workers:
+            worker.join(5)
+            if worker.is_alive():
+                worker.kill()
+                worker.join(5)
+
+    def kill(self) -> None:
+        for worker in self.workers:
+            with contextlib.suppress(Exception):
+                worker.kill()
+        for worker in self.workers:
+            with contextlib.suppress(Exception):
+                worker.join(2)
