@@ -12,17 +12,15 @@ source and the options hold the URL as typed, errors and reasons may quote one.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.filesize import decimal
 
+from bulkfetch.atomic import write_durably
 from bulkfetch.models import Report
 from bulkfetch.redact import redact_text, redact_value
 
@@ -275,31 +273,6 @@ def write_report(report: Report, path: Path) -> None:
     """
     path = Path(path)
     text = json.dumps(report_dict(report), indent=2, ensure_ascii=True, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp",
-                               dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(text + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is not a secret
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+    write_durably(path, (text + "\n").encode("ascii"))  # 0644: a report is not a secret
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable where the platform allows (best effort)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 import bulkfetch
-from bulkfetch import report as report_module
+from bulkfetch import atomic
 from bulkfetch.models import Failure, Report
 from bulkfetch.report import (
     print_summary,
@@ -128,7 +128,7 @@ def test_write_report_failure_keeps_the_old_file(tmp_path: Path,
     def broken_replace(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(report_module.os, "replace", broken_replace)
+    monkeypatch.setattr(atomic.os, "replace", broken_replace)
     with pytest.raises(OSError, match="No space"):
         write_report(failed_report(1), path)
     assert path.read_text() == "old"

@@ -5,12 +5,11 @@ so a killed pull leaves the layout as it was or as it is meant to be, never half
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from bulkfetch.atomic import write_durably
 from bulkfetch.errors import UsageError
 from bulkfetch.oci.reference import Digest
 
@@ -19,31 +18,6 @@ INDEX_FILE = "index.json"
 LAYOUT_VERSION = "1.0.0"
 REF_NAME = "org.opencontainers.image.ref.name"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-
-
-def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """`data` into `path` by a temporary file in the same directory, fsynced, renamed."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    fsync_directory(path.parent)
-
-
-def fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def prepare(dest: Path) -> None:
@@ -67,7 +41,7 @@ def prepare(dest: Path) -> None:
                 raise UsageError(f"{dest} is not empty and not an OCI image layout (it holds "
                                  f"{', '.join(unexpected[:3])}...); pull into a new or empty "
                                  "directory")
-            write_atomically(marker, json.dumps(
+            write_durably(marker, json.dumps(
                 {"imageLayoutVersion": LAYOUT_VERSION}).encode())
         for algorithm in ("sha256", "sha512"):
             (dest / "blobs" / algorithm).mkdir(parents=True, exist_ok=True)
@@ -95,7 +69,7 @@ def put_blob(dest: Path, digest: Digest, data: bytes) -> None:
     """A small blob (manifest, index, config) already checked against `digest`."""
     path = blob_path(dest, digest)
     if not has_blob(dest, digest, len(data)):
-        write_atomically(path, data, 0o444)
+        write_durably(path, data, 0o444)
 
 
 def read_index(dest: Path) -> dict[str, object]:
@@ -122,4 +96,4 @@ def add_to_index(dest: Path, entries: list[dict[str, object]]) -> None:
                     and (entry.get("annotations") or {}).get(REF_NAME) in names)]
     document["manifests"] = kept + entries
     document.setdefault("mediaType", OCI_INDEX)
-    write_atomically(dest / INDEX_FILE, json.dumps(document, indent=2).encode() + b"\n")
+    write_durably(dest / INDEX_FILE, json.dumps(document, indent=2).encode() + b"\n")

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bulkfetch.atomic import fsync_directory
 from bulkfetch.config import (
     GetOptions,
     Limits,
@@ -267,7 +268,7 @@ def pull(options: PullOptions, say: Callable[[str], None],
             else:
                 os.chmod(path, 0o444)
     for algorithm in ("sha256", "sha512"):
-        layout.fsync_directory(dest / "blobs" / algorithm)
+        fsync_directory(dest / "blobs" / algorithm)
     for image in images:
         if all(layout.has_blob(dest, layer.digest, layer.size) for layer in image.blobs):
             layout.put_blob(dest, image.image.config.digest, image.config)
