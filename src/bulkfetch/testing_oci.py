@@ -211,6 +211,9 @@ class LogEntry:
     bytes: int
     auth: bool | None = None  # whether an Authorization header came (blob host only)
     range: str = ""
+    # when the request began (blob host only): nginx logs a request when it ends, and an
+    # aborted one only once nginx notices, so a log position cannot split two runs; this can
+    started: float = 0.0
 
 
 class _Process:
@@ -368,7 +371,8 @@ error_log {self.work / 'error.log'} warn;
 events {{ worker_connections 1024; }}
 http {{
   map $http_authorization $auth {{ "" no; default yes; }}
-  log_format blobs '$request_method $uri $status $body_bytes_sent auth=$auth range=$http_range';
+  log_format blobs '$request_method $uri $status $body_bytes_sent $msec $request_time '
+                   'auth=$auth range=$http_range';
   access_log {self.log_path} blobs;
   client_body_temp_path {self.work}; proxy_temp_path {self.work};
   fastcgi_temp_path {self.work}; uwsgi_temp_path {self.work}; scgi_temp_path {self.work};
@@ -391,11 +395,12 @@ http {{
     def access_log(self) -> list[LogEntry]:
         entries = []
         for line in self.log_path.read_text().splitlines():
-            fields = line.split(" ", 5)
-            if len(fields) < 6:
+            fields = line.split(" ", 7)
+            if len(fields) < 8:
                 continue
             entries.append(LogEntry(fields[0], fields[1], int(fields[2]), int(fields[3]),
-                                    fields[4] == "auth=yes", fields[5][len("range="):]))
+                                    fields[6] == "auth=yes", fields[7][len("range="):],
+                                    float(fields[4]) - float(fields[5])))
         return entries
 
 
