@@ -10,6 +10,7 @@ from bulkfetch.config import (
     GetOptions,
     Limits,
     RetryPolicy,
+    RunnerOptions,
     S3Options,
     SinkOptions,
     SourceShape,
@@ -81,12 +82,18 @@ def build_options(
     ca_bundle: str | os.PathLike[str] | None = None,
     insecure: bool = False,
     metrics: str | None = None,
+    runner: str = "local",
+    ray_address: str | None = None,
 ) -> GetOptions:
     """Validated, frozen options; raises bulkfetch.UsageError naming the bad input.
 
     TLS trust: `ca_bundle`, else REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE or SSL_CERT_FILE from
     the environment (the first one set), else libcurl's own store; `insecure` verifies
-    nothing (see bulkfetch.tls)."""
+    nothing (see bulkfetch.tls).
+
+    `runner="ray"`: the workers are Ray actors on the cluster at `ray_address` ("auto",
+    HOST:PORT; else RAY_ADDRESS, else a Ray started for the run), one per CPU unless
+    `workers` caps them; DEST must be on storage every node sees. Needs bulkfetch[ray]."""
     from bulkfetch.tls import resolve_tls
 
     tls = resolve_tls(ca_bundle, insecure)
@@ -118,6 +125,7 @@ def build_options(
                      tuple(include), tuple(exclude), list_concurrency),
         tls=tls,
         metrics=metrics,
+        runner=RunnerOptions(runner, ray_address, workers_given=workers is not None),
     )
 
 

@@ -125,7 +125,18 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
                    "file beside it, named by its sample key plus .json ('000042.jpg' gets "
                    "'000042.json'; in a tar shard, a member of the same sample).")
 @click.option("-w", "--workers", type=click.IntRange(min=1), default=None,
-              help="Worker processes. [default: cores]")
+              help="Worker processes (with --runner ray: actors, at most one per CPU of "
+                   "the cluster). [default: cores; with --runner ray: the cluster's CPUs]")
+@click.option("--runner", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True,
+              help="Where the workers run: processes on this machine, or Ray actors across "
+                   "a cluster's nodes (this process keeps the listing, journal and "
+                   "display). With ray, DEST must be on storage every node mounts at the "
+                   "same path. Needs bulkfetch[ray].")
+@click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
+              help="With --runner ray: the cluster to join (auto: the one `ray start` "
+                   "began on this machine). [default: RAY_ADDRESS, else a Ray started for "
+                   "this run]")
 @click.option("-c", "--concurrency", default="64", show_default=True, metavar="N|auto",
               help="Transfers in flight per worker. auto: start at 64 and measure: double "
                    "while files/s rises, then follow latency; halve on 429, 503, timeouts "

@@ -211,6 +211,25 @@ class TlsOptions:
             raise UsageError("give --ca-bundle or --insecure, not both")
 
 
+RUNNERS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    """Where the workers run: processes on this machine, or Ray actors on a cluster (not in
+    fingerprint(): a run started on one resumes on the other)."""
+
+    kind: str = "local"
+    ray_address: str | None = None  # "auto", HOST:PORT, ray://...; None: RAY_ADDRESS or new
+    workers_given: bool = False  # --workers given: caps the actors (else one per CPU)
+
+    def __post_init__(self) -> None:
+        if self.kind not in RUNNERS:
+            raise UsageError(f"--runner {self.kind!r}: choose one of {', '.join(RUNNERS)}")
+        if self.ray_address is not None and self.kind != "ray":
+            raise UsageError("--ray-address is for --runner ray")
+
+
 @dataclass(frozen=True)
 class GetOptions:
     source: str  # the listing API's base URL, or the path of a URL list (from_file)
@@ -238,6 +257,7 @@ class GetOptions:
     # the partial files, which are named by content.
     blobs: BlobPlan | None = None
     shown_in_flight: int = SHOWN_IN_FLIGHT  # big files in flight a tick names (display rows)
+    runner: RunnerOptions = field(default_factory=RunnerOptions)
 
     def fingerprint(self) -> dict[str, object]:
         """What makes two runs 'the same run' for resuming: source and output layout."""

@@ -186,9 +186,11 @@ def _pages_from_json(text: str) -> list[PageReport]:
     ]
 
 
-def recover(dest: Path, is_done: Callable[[int], bool]) -> list[PageReport]:
+def recover(dest: Path, is_done: Callable[[int], bool],
+            worker: int | None = None) -> list[PageReport]:
     """Make DEST's shards agree with the index after a killed run, and return the reports
-    of indexed pages that `is_done` (the journal) does not know as done yet.
+    of indexed pages that `is_done` (the journal) does not know as done yet. `worker`: only
+    that worker's shards (one that died while the others go on writing theirs).
 
     - `.tar.part` whose rows were committed: the rename did not happen yet; do it now.
     - `.tar.part` without rows: the shard never closed; its pages are not done; delete it.
@@ -203,19 +205,23 @@ def recover(dest: Path, is_done: Callable[[int], bool]) -> list[PageReport]:
     if (dest / INDEX_NAME).is_file():
         settled: set[int] = set()
         with contextlib.closing(connect(dest)) as conn:
-            indexed = {file for (file,) in conn.execute("SELECT file FROM shards")}
-            for worker, pages in conn.execute(
-                    "SELECT worker, pages FROM shards ORDER BY id DESC"):
-                if worker in settled:
+            which, args = ("", ()) if worker is None else (" WHERE worker = ?", (worker,))
+            indexed = {file for (file,) in conn.execute(f"SELECT file FROM shards{which}",
+                                                         args)}
+            for writer, pages in conn.execute(
+                    f"SELECT worker, pages FROM shards{which} ORDER BY id DESC", args):
+                if writer in settled:
                     continue
                 reports = _pages_from_json(pages)
                 new = [report for report in reports if not is_done(report.seq)]
                 missing += new
                 if reports and not new:
-                    settled.add(worker)
+                    settled.add(writer)
     for entry in os.scandir(dest):
         match = SHARD_RE.match(entry.name)
         if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        if worker is not None and int(match.group(1)) != worker:
             continue
         final = entry.name.removesuffix(".part")
         if final in indexed:

@@ -149,6 +149,10 @@ class Report:
     options: dict[str, object] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)  # the first 1,000
     failures_file: str | None = None  # DEST/.bulkfetch/failures.jsonl: every failure
+    # Per worker: {"worker", "node", "files_ok", "files_failed", "bytes", "lost": why|None}
+    workers: list[dict[str, object]] = field(default_factory=list)
+    # Pages a lost worker (a Ray actor or node that died) held, fetched again by the others
+    pages_reassigned: int = 0
     started_at: float | None = None  # Unix time (time.time()) the run began
     finished_at: float | None = None  # Unix time the run ended
 

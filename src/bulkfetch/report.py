@@ -164,9 +164,29 @@ def summary_table(report: Report) -> Table:
         table.add_row("", Text(f"{report.ranged_size_only:,} split files by size only: "
                                "the server stated no digest of the whole file",
                                style="yellow"))
+    runner = report.options.get("runner")
+    if isinstance(runner, dict) and runner.get("kind") == "ray" and report.workers:
+        table.add_row("workers", Text(_by_node(report)))
+    if report.pages_reassigned or any(w.get("lost") for w in report.workers):
+        lost = sum(1 for w in report.workers if w.get("lost"))
+        table.add_row("", Text(f"{lost:,} workers lost; {report.pages_reassigned:,} of "
+                               "their pages fetched by the others", style="yellow"))
     if report.error is not None:
         table.add_row("error", Text(safe_text(report.error), style="red"))
     return table
+
+
+def _by_node(report: Report) -> str:
+    """Per node: workers and the files they stored, e.g. '10.0.0.5 node 1a2b3c4d: 2 workers,
+    51,200 files'."""
+    nodes: dict[str, list[int]] = {}
+    for worker in report.workers:
+        counts = nodes.setdefault(str(worker.get("node") or "?"), [0, 0])
+        counts[0] += 1
+        files = worker.get("files_ok")
+        counts[1] += files if isinstance(files, int) else 0
+    return " · ".join(f"{safe_text(node)}: {workers:,} workers, {files:,} files"
+                      for node, (workers, files) in sorted(nodes.items()))
 
 
 def print_summary(report: Report, console: Console) -> None:
@@ -252,6 +272,9 @@ def report_dict(report: Report) -> dict[str, object]:
         "checked": {"md5": report.checked_md5, "digest": report.checked_digest,
                     "size_only": report.checked_size},
         "pages": report.pages,
+        "pages_reassigned": report.pages_reassigned,
+        "workers": [dict(worker, lost=None if worker.get("lost") is None
+                         else redact_text(str(worker["lost"]))) for worker in report.workers],
         "duration_s": _finite(report.duration_s),
         "files_per_s": _finite(report.files_per_s, 1),
         "bytes_per_s": _finite(report.bytes_per_s, 1),

@@ -23,10 +23,13 @@ STOP_GRACE_S = {"tar": 10.0}
 
 
 def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop: Any,
-                parent_pid: int) -> None:
-    # The main process owns Ctrl-C and SIGTERM: it stops us through `stop`.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                parent_pid: int, *, own_signals: bool = True) -> None:
+    """Fetch the pages `tasks` gives (None: no more) until told to `stop` or the process
+    whose pid is `parent_pid` is gone; everything said goes to `results`. `own_signals`:
+    this is the process's main thread (a worker process), not a thread of a Ray actor."""
+    if own_signals:  # the main process owns Ctrl-C and SIGTERM: it stops us through `stop`
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sink = open_sink(options.sink, Path(options.dest), worker)
     fetcher = Fetcher(options, make_source(options, listing=False), sink, worker)
     no_more_pages = False
@@ -55,9 +58,14 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
             now = time.monotonic()
             if now - last_tick >= TICK_S:
                 # Checked with the tick, not every loop: the loop runs once per few files.
-                if stop_by is None and (stop.is_set() or os.getppid() != parent_pid):
-                    # Finishing the pages in hand saves a tar shard from being dropped.
-                    stop_by = now + STOP_GRACE_S.get(options.sink.kind, 0.0)
+                orphaned = os.getppid() != parent_pid
+                if stop_by is None and (stop.is_set() or orphaned):
+                    # Finishing the pages in hand saves a tar shard from being dropped. Not
+                    # for a Ray actor whose node's raylet is gone: the driver has given its
+                    # pages to others, and settles its shards, as soon as it sees it lost.
+                    grace = 0.0 if orphaned and not own_signals else STOP_GRACE_S.get(
+                        options.sink.kind, 0.0)
+                    stop_by = now + grace
                     no_more_pages = True
                 send_reports(sink.ready())
                 results.put(("tick", fetcher.tick()))

@@ -9,9 +9,13 @@ messages up, so the local runner's processes and a cluster's actors share this c
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import queue
+import shutil
 import sqlite3
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,7 @@ from bulkfetch.runners.dest import journal_stored_retries, remove_temporaries
 from bulkfetch.runners.pool import Message, WorkerPool
 from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.samples import split_key
+from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sources.base import unusable_name
 
 ProgressCallback = Callable[[Progress], None]
@@ -63,6 +68,10 @@ class Coordinator:
         # The journal cannot be written (disk full, I/O error): stop, as for a sink's fatal
         self.journal_broken = False
         self.usage_error = False  # the run stopped on what only the user can fix (exit 2)
+        # Pages a lost worker (a Ray actor that died) had not made durable: sent again first
+        self.requeue: deque[Page] = deque()
+        self.pages_reassigned = 0
+        self.lost_workers: dict[int, str] = {}  # worker -> why it was lost
 
     # -- progress ------------------------------------------------------------------------
     def progress(self, started: float) -> Progress:
@@ -130,6 +139,8 @@ class Coordinator:
                     # start, or when listing falls behind): wait on the lister, not on the
                     # workers, or each such page would sit up to one collect timeout.
                     starving = not self.listing_over and self.pages_out == 0
+                    if self.requeue and self.error is None:
+                        self._send_requeued(pool)
                     if not self.listing_over:
                         self._dispatch(lister, pool, wait=0.05 if starving else 0.0)
                     self._collect(pool, timeout=0.0 if starving else 0.05)
@@ -146,7 +157,8 @@ class Coordinator:
                 if self.error is not None and not self.listing_over:
                     lister.stop()
                     self.listing_over = True
-                if self.listing_over and self.pages_out == 0:
+                if self.listing_over and self.pages_out == 0 and (
+                        not self.requeue or self.error is not None):
                     break
                 if self.error is not None and (dead or self.journal_broken):
                     break
@@ -203,6 +215,41 @@ class Coordinator:
         if self.error is None:
             self.error = str(exc)
         self.listing_over = True
+
+    def _send_requeued(self, pool: WorkerPool) -> None:
+        while self.requeue and self.pages_out < self.options.limits.max_pages_out:
+            pool.send(self.requeue.popleft())
+            self.pages_out += 1
+
+    def _lost(self, worker: int, pages: list[Page], unfetched: int, why: str) -> None:
+        """A worker died mid-run (a Ray actor's process or node): what it had made durable
+        stays done; the rest of its pages go to the other workers. Its tar shards that were
+        indexed count (their reports may have died with it), its .tar.part never will."""
+        self.lost_workers[worker] = why
+        self.pages_out -= unfetched
+        tick = self.ticks.get(worker)
+        if tick is not None:  # nothing of it is in flight any more
+            self.ticks[worker] = dataclasses.replace(tick, in_flight=0, partial_bytes=0,
+                                                     largest=())
+        dest = Path(self.options.dest)
+        recovered: set[int] = set()
+        if self.options.sink.kind == "tar":
+            try:
+                for report in index.recover(dest, self.journal.page_is_done, worker):
+                    if report.seq in {page.seq for page in pages}:
+                        self._page_done(report)
+                        recovered.add(report.seq)
+            except (OSError, sqlite3.Error) as exc:
+                self._fail_run(f"cannot settle the shards of lost worker {worker}: {exc}; "
+                               "rerun the same command to resume")
+                return
+        with contextlib.suppress(OSError):
+            shutil.rmtree(dest / TMP_DIR / f"w{worker}")
+        again = [page for page in pages if page.seq not in recovered]
+        self.requeue.extend(sorted(again, key=lambda page: page.seq))
+        self.pages_reassigned += len(again)
+        say(f"bulkfetch: worker {worker} lost ({why}); {len(again)} of its pages go to the "
+            "others\n")
 
     def _dispatch(self, lister: Lister, pool: WorkerPool, wait: float = 0.0) -> None:
         """Send listed pages while fewer than the limit are out; `wait` seconds at most for
@@ -303,6 +350,8 @@ class Coordinator:
                 # usage: only the user can fix it (a refused certificate): exit status 2
                 self.usage_error = self.usage_error or (len(message) > 2 and bool(message[2]))
                 self._record_error(value)
+        elif kind == "lost":  # ("lost", worker, pages, unfetched, why)
+            self._lost(value, message[2], message[3], message[4])
         elif kind == "exit":
             return int(value)
         return None
@@ -328,6 +377,15 @@ class Coordinator:
                 if finished is not None:
                     exited.add(finished)
         pool.join()
+
+    def _worker_summaries(self) -> list[dict[str, object]]:
+        """What each worker did this run and where it ran (files counted as each stored
+        them, so a lost worker's refetched files count twice here, once in the totals)."""
+        where = self.pool.where if self.pool is not None else (lambda worker: "")
+        return [{"worker": tick.worker, "node": where(tick.worker), "files_ok": tick.files_ok,
+                 "files_failed": tick.files_failed, "bytes": tick.bytes,
+                 "lost": self.lost_workers.get(tick.worker)}
+                for tick in sorted(self.ticks.values(), key=lambda tick: tick.worker)]
 
     def _report(self, started: float, interrupted: bool) -> Report:
         try:
@@ -374,6 +432,8 @@ class Coordinator:
             options=self.options.as_dict(),
             failures=failures,
             failures_file=failures_file,
+            workers=self._worker_summaries(),
+            pages_reassigned=self.pages_reassigned,
             started_at=self.started_at,
             finished_at=time.time(),
         )

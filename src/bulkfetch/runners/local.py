@@ -1,9 +1,9 @@
-"""The local runner: the coordinator in the main process, W worker processes beside it.
+"""A run: the coordinator in this process, its workers beside it or on a Ray cluster.
 
 run() makes DEST ready (journal, temporaries, tar shards), starts the coordinator
-(runners/coordinator.py) with a ProcessPool (runners/pool.py) of forked workers, and tidies
-the shards after. Pages go down a queue to whichever worker is free; page reports and ticks
-come back.
+(runners/coordinator.py) with a pool of workers - a ProcessPool (runners/pool.py) of forked
+processes, or with runner "ray" a RayPool (runners/ray_pool.py) of actors - and tidies the
+shards after. Pages go down to whichever worker is free; page reports and ticks come back.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from bulkfetch.live import LiveStatus
 from bulkfetch.models import Report
 from bulkfetch.runners.coordinator import Coordinator, ProgressCallback
 from bulkfetch.runners.dest import prepare_dest, prepare_shards
-from bulkfetch.runners.pool import ProcessPool
+from bulkfetch.runners.pool import ProcessPool, WorkerPool
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
 from bulkfetch.sources import make_source
@@ -55,6 +55,24 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
     dest = Path(options.dest)
     prepare_dest(dest)
     source = make_source(options)
+    pool: WorkerPool
+    if options.runner.kind == "ray":
+        from bulkfetch.runners.ray_pool import RayPool
+
+        dest.mkdir(parents=True, exist_ok=True)
+        ray_pool = RayPool(options)  # connects, checks every node sees DEST, sizes itself
+        pool, options = ray_pool, ray_pool.options
+    else:
+        pool = ProcessPool(options)
+    try:
+        return _run(options, source, pool, on_progress)
+    finally:
+        pool.close()
+
+
+def _run(options: GetOptions, source: Any, pool: WorkerPool,
+         on_progress: ProgressCallback | None) -> Report:
+    dest = Path(options.dest)
     try:
         journal = Journal.open(dest, options.fingerprint(),
                                restart=options.restart or options.blobs is not None)
@@ -86,8 +104,7 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
             metrics = MetricsServer(options.metrics)
         live = LiveStatus(options, source.describe(), metrics)
         try:
-            report = Coordinator(options, source, journal, on_progress, live).run(
-                ProcessPool(options))
+            report = Coordinator(options, source, journal, on_progress, live).run(pool)
         finally:
             live.close()
         if options.sink.kind == "tar":  # shards whose every file was stored again since

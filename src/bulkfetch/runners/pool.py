@@ -3,7 +3,9 @@
 A WorkerPool starts W workers, each with its own Fetcher and sink (engine/worker.py), takes
 pages for whichever worker is free, and hands back what the workers said, as messages:
 ("pages", pages finished fetching, durable PageReports), ("tick", Tick), ("fatal", message[,
-usage]) and ("exit", worker). The coordinator (runners/coordinator.py) knows nothing else
+usage]), ("exit", worker) and, from a pool whose workers can die without failing the run,
+("lost", worker, pages it had not made durable, how many of those it had not fetched, why).
+The coordinator (runners/coordinator.py) knows nothing else
 about them, so a pool of processes on this machine (ProcessPool) and one of actors on a
 cluster are interchangeable.
 """
@@ -14,6 +16,7 @@ import contextlib
 import multiprocessing
 import os
 import queue
+import socket
 from typing import Any, Protocol
 
 from bulkfetch.config import GetOptions
@@ -52,6 +55,14 @@ class WorkerPool(Protocol):
 
     def kill(self) -> None:
         """End every worker at once (from a signal handler)."""
+        ...
+
+    def where(self, worker: int) -> str:
+        """Where the worker runs (a node), for the report."""
+        ...
+
+    def close(self) -> None:
+        """After the run: let go of what start() took (a Ray the pool started)."""
         ...
 
 
@@ -111,6 +122,12 @@ class ProcessPool:
             if worker.is_alive():
                 worker.kill()
                 worker.join(5)
+
+    def where(self, worker: int) -> str:
+        return socket.gethostname()
+
+    def close(self) -> None:
+        pass
 
     def kill(self) -> None:
         for worker in self.workers:

@@ -1,0 +1,255 @@
+"""`bulkfetch get --runner ray` on a real two-node Ray cluster on this machine (one cluster for
+the module: a head and a worker node of one CPU each, started by ray.cluster_utils): faults of
+the reference server, an actor killed, a node removed, the driver killed with -9. What DEST
+holds is checked with tarfile, the index and the data set's MD5s."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from getkit import assert_complete, expected_files, index_rows, read_journal
+
+from bulkfetch.testing import ReferenceServer
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+Start = Callable[..., ReferenceServer]
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+NODE = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024}
+NAME = re.compile(r"/get/f(\d{10})")
+
+
+class TwoNodes:
+    def __init__(self) -> None:
+        self.cluster = cluster_utils.Cluster(initialize_head=True, head_node_args=dict(NODE))
+        self.worker_node = self.cluster.add_node(**NODE)
+        self.cluster.wait_for_nodes()
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def ensure_two(self) -> None:
+        """A test that removed the worker node leaves the next one two nodes again."""
+        if self.worker_node not in self.cluster.worker_nodes:
+            self.worker_node = self.cluster.add_node(**NODE)
+            self.cluster.wait_for_nodes()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[TwoNodes]:
+    saved = {name: os.environ.get(name) for name in RAY_ENV}
+    os.environ.update(RAY_ENV)
+    nodes = TwoNodes()
+    try:
+        yield nodes
+    finally:
+        nodes.cluster.shutdown()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def ray_get(cluster: TwoNodes, url: str, dest: Path, report: Path,
+            *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bulkfetch", "get", url, str(dest), "--runner", "ray",
+            "--ray-address", cluster.address, "--report", str(report), "--plain", *extra]
+
+
+def run_to_end(args: list[str], timeout: float = 300) -> tuple[subprocess.CompletedProcess[str],
+                                                              dict]:
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    report = Path(args[args.index("--report") + 1])
+    return proc, json.loads(report.read_text()) if report.exists() else {}
+
+
+def tar_members(dest: Path) -> collections.Counter[str]:
+    """Every member of every finished shard, read with tarfile, with its MD5 checked
+    against the index."""
+    md5 = dict(index_rows(dest, "SELECT name, md5 FROM members"))
+    seen: collections.Counter[str] = collections.Counter()
+    for shard in sorted(dest.glob("shard-*.tar")):
+        with tarfile.open(shard) as archive:
+            for member in archive:
+                body = archive.extractfile(member)
+                assert body is not None
+                assert hashlib.md5(body.read()).hexdigest() == md5[member.name], member.name
+                seen[member.name] += 1
+    assert not list(dest.glob("shard-*.tar.part"))
+    return seen
+
+
+def assert_tar_exactly_once(dest: Path, files: int) -> None:
+    expected = expected_files(files)
+    seen = tar_members(dest)
+    assert set(seen) == set(expected), sorted(set(seen) ^ set(expected))[:5]
+    assert max(seen.values()) == 1, [name for name, n in seen.items() if n > 1][:5]
+    stored = dict(index_rows(dest, "SELECT name, md5 FROM members"))
+    assert stored == expected
+
+
+def nodes_that_worked(report: dict) -> set[str]:
+    return {str(worker["node"]) for worker in report["workers"] if worker["files_ok"] > 0}
+
+
+def actor_pids() -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "ray::RayWorker"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def pages_done(dest: Path) -> int:
+    with contextlib.suppress(Exception):
+        return int(read_journal(dest, "SELECT count(*) FROM pages WHERE status = 'done'")
+                   [0][0])
+    return 0
+
+
+def wait_for_pages(proc: subprocess.Popen, dest: Path, pages: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while pages_done(dest) < pages:
+        assert proc.poll() is None, f"the run ended before {pages} pages were done"
+        assert time.monotonic() < deadline, f"{pages} pages not done in {timeout:g} s"
+        time.sleep(0.05)
+
+
+def test_without_ray_the_runner_says_how_to_get_it(tmp_path: Path) -> None:
+    blocked = ("import sys; sys.modules['ray'] = None; sys.argv[0] = 'bulkfetch'; "
+               "from bulkfetch.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", blocked, "get", "http://127.0.0.1:9/",
+                           str(tmp_path / "dest"), "--runner", "ray"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'bulkfetch[ray]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_ray_address_without_the_ray_runner_is_refused(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bulkfetch", "get", "http://127.0.0.1:9/",
+                           str(tmp_path / "dest"), "--ray-address", "auto"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--ray-address is for --runner ray" in proc.stderr
+
+
+@pytest.mark.parametrize("sink", ["tar", "dir"])
+def test_faults_every_file_exactly_once_with_work_on_both_nodes(
+        cluster: TwoNodes, reference_server: Start, tmp_path: Path, sink: str) -> None:
+    cluster.ensure_two()
+    files = 20_000
+    server = reference_server("--files", str(files), "--page-size", "500",
+                              "--fail-rate", "0.02", "--reset-rate", "0.01")
+    dest = tmp_path / "dest"
+    proc, report = run_to_end(ray_get(cluster, server.url, dest, tmp_path / "r.json",
+                                      "--sink", sink, "--shard-files", "3000", "-c", "256"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["files_ok"] == files and report["retries"] > 0
+    assert len(nodes_that_worked(report)) == 2, report["workers"]
+    assert sum(worker["files_ok"] for worker in report["workers"]) == files
+    assert "workers" in proc.stderr and "node" in proc.stderr  # the summary says where
+    if sink == "tar":
+        assert_tar_exactly_once(dest, files)
+        # shards are named by worker: both workers wrote their own
+        assert {shard.name[6:9] for shard in dest.glob("shard-*.tar")} == {"000", "001"}
+    else:
+        assert_complete(dest, expected_files(files))
+
+
+def test_a_killed_actor_s_pages_go_to_the_others(
+        cluster: TwoNodes, reference_server: Start, tmp_path: Path) -> None:
+    cluster.ensure_two()
+    files = 60_000
+    server = reference_server("--files", str(files), "--page-size", "500", "--latency", "2")
+    dest = tmp_path / "dest"
+    args = ray_get(cluster, server.url, dest, tmp_path / "r.json", "--sink", "tar",
+                   "--shard-files", "4000", "-c", "32")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_pages(proc, dest, 10)
+        victims = actor_pids()
+        assert len(victims) == 2, victims
+        os.kill(victims[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert proc.returncode == 0, err[-3000:]
+    assert report["pages_reassigned"] > 0
+    assert [w for w in report["workers"] if w["lost"]], report["workers"]
+    assert "lost" in err and "of its pages go to the others" in err
+    assert report["files_ok"] == files
+    assert_tar_exactly_once(dest, files)
+
+
+def test_the_driver_killed_with_9_resumes_without_fetching_done_pages(
+        cluster: TwoNodes, reference_server: Start, tmp_path: Path) -> None:
+    cluster.ensure_two()
+    files, page_size = 40_000, 500
+    server = reference_server("--files", str(files), "--page-size", str(page_size),
+                              "--latency", "2", access_log=True)
+    dest = tmp_path / "dest"
+    args = ray_get(cluster, server.url, dest, tmp_path / "r.json", "--sink", "tar",
+                   "--shard-files", "2000", "-c", "16")
+    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_for_pages(proc, dest, 8)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done = {seq for (seq,) in read_journal(dest, "SELECT seq FROM pages WHERE status='done'")}
+    assert done
+    deadline = time.monotonic() + 60  # Ray ends the actors of a driver that died
+    while actor_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not actor_pids(), "the dead driver's actors still run"
+    rerun_began = time.time()
+    rerun, report = run_to_end(args)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert report["resumed_files"] > 0
+    again = [r.target for r in server.requests()
+             if r.time >= rerun_began and (m := NAME.fullmatch(r.target))
+             and int(m.group(1)) // page_size in done]
+    assert not again, again[:5]
+    assert_tar_exactly_once(dest, files)
+
+
+def test_a_removed_node_s_pages_go_to_the_others(
+        cluster: TwoNodes, reference_server: Start, tmp_path: Path) -> None:
+    cluster.ensure_two()
+    files = 40_000
+    server = reference_server("--files", str(files), "--page-size", "500", "--latency", "2")
+    dest = tmp_path / "dest"
+    args = ray_get(cluster, server.url, dest, tmp_path / "r.json", "--sink", "dir",
+                   "-c", "32")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_pages(proc, dest, 10)
+        cluster.cluster.remove_node(cluster.worker_node, allow_graceful=False)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert proc.returncode == 0, err[-3000:]
+    assert report["pages_reassigned"] > 0
+    assert len([w for w in report["workers"] if w["lost"]]) == 1, report["workers"]
+    assert report["files_ok"] == files
+    assert_complete(dest, expected_files(files))
