@@ -72,11 +72,11 @@ def ray_get(cluster: TwoNodes, url: str, dest: Path, report: Path,
             "--ray-address", cluster.address, "--report", str(report), "--plain", *extra]
 
 
-def run_to_end(args: list[str], timeout: float = 300) -> tuple[subprocess.CompletedProcess[str],
-                                                              dict]:
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+def run_to_end(args: list[str], timeout: float = 300, cwd: Path | None = None
+               ) -> tuple[subprocess.CompletedProcess[str], dict]:
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    report = Path(args[args.index("--report") + 1])
+    report = Path(cwd or ".") / args[args.index("--report") + 1]
     return proc, json.loads(report.read_text()) if report.exists() else {}
 
 
@@ -155,8 +155,10 @@ def test_faults_every_file_exactly_once_with_work_on_both_nodes(
     server = reference_server("--files", str(files), "--page-size", "500",
                               "--fail-rate", "0.02", "--reset-rate", "0.01")
     dest = tmp_path / "dest"
-    proc, report = run_to_end(ray_get(cluster, server.url, dest, tmp_path / "r.json",
-                                      "--sink", sink, "--shard-files", "3000", "-c", "256"))
+    # DEST relative to this directory: the actors' working directory is another
+    proc, report = run_to_end(ray_get(cluster, server.url, Path("dest"), Path("r.json"),
+                                      "--sink", sink, "--shard-files", "3000", "-c", "256"),
+                              cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report["files_ok"] == files and report["retries"] > 0
     assert len(nodes_that_worked(report)) == 2, report["workers"]
@@ -170,31 +172,43 @@ def test_faults_every_file_exactly_once_with_work_on_both_nodes(
         assert_complete(dest, expected_files(files))
 
 
+def fault_mid_run(cluster: TwoNodes, server: ReferenceServer, tmp_path: Path, sink: str,
+                  fault: Callable[[], None]) -> tuple[dict, str]:
+    """Run `get --runner ray` (-c 32), cause `fault` once 10 pages are done, and return the
+    report and stderr of a run that must end with exit 0."""
+    dest = tmp_path / "dest"
+    args = ray_get(cluster, server.url, dest, tmp_path / "r.json", "--sink", sink,
+                   "--shard-files", "4000", "-c", "32")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_pages(proc, dest, 10)
+        fault()
+        _, err = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    return json.loads((tmp_path / "r.json").read_text()), err
+
+
 def test_a_killed_actor_s_pages_go_to_the_others(
         cluster: TwoNodes, reference_server: Start, tmp_path: Path) -> None:
     cluster.ensure_two()
     files = 60_000
     server = reference_server("--files", str(files), "--page-size", "500", "--latency", "2")
-    dest = tmp_path / "dest"
-    args = ray_get(cluster, server.url, dest, tmp_path / "r.json", "--sink", "tar",
-                   "--shard-files", "4000", "-c", "32")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_pages(proc, dest, 10)
+
+    def kill_an_actor() -> None:
         victims = actor_pids()
         assert len(victims) == 2, victims
         os.kill(victims[0], signal.SIGKILL)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-    report = json.loads((tmp_path / "r.json").read_text())
-    assert proc.returncode == 0, err[-3000:]
+
+    report, err = fault_mid_run(cluster, server, tmp_path, "tar", kill_an_actor)
     assert report["pages_reassigned"] > 0
     assert [w for w in report["workers"] if w["lost"]], report["workers"]
     assert "lost" in err and "of its pages go to the others" in err
     assert report["files_ok"] == files
-    assert_tar_exactly_once(dest, files)
+    assert_tar_exactly_once(tmp_path / "dest", files)
 
 
 def test_the_driver_killed_with_9_resumes_without_fetching_done_pages(
@@ -236,20 +250,9 @@ def test_a_removed_node_s_pages_go_to_the_others(
     cluster.ensure_two()
     files = 40_000
     server = reference_server("--files", str(files), "--page-size", "500", "--latency", "2")
-    dest = tmp_path / "dest"
-    args = ray_get(cluster, server.url, dest, tmp_path / "r.json", "--sink", "dir",
-                   "-c", "32")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_pages(proc, dest, 10)
-        cluster.cluster.remove_node(cluster.worker_node, allow_graceful=False)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-    report = json.loads((tmp_path / "r.json").read_text())
-    assert proc.returncode == 0, err[-3000:]
+    report, _ = fault_mid_run(cluster, server, tmp_path, "dir", lambda: cluster.cluster.remove_node(
+        cluster.worker_node, allow_graceful=False))
     assert report["pages_reassigned"] > 0
     assert len([w for w in report["workers"] if w["lost"]]) == 1, report["workers"]
     assert report["files_ok"] == files
-    assert_complete(dest, expected_files(files))
+    assert_complete(tmp_path / "dest", expected_files(files))

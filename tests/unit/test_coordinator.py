@@ -78,3 +78,33 @@ def test_a_busy_dispatch_does_not_wait(tmp_path: Path) -> None:
     coordinator._dispatch(lister, tasks)  # type: ignore[arg-type]
     assert lister.out.waits == [] and tasks.sent == []
     coordinator.journal.close()
+
+
+def test_a_lost_worker_s_pages_are_sent_again_first_and_its_slots_freed(
+        tmp_path: Path) -> None:
+    from bulkfetch.models import Page, PageReport, Tick
+
+    coordinator = _coordinator(tmp_path)
+    lister, tasks = FakeLister(_pages(3)), Tasks()
+    for _ in range(3):
+        coordinator._dispatch(lister, tasks, wait=0.05)  # type: ignore[arg-type]
+    assert coordinator.pages_out == 3
+    coordinator.ticks[7] = Tick(7, files_ok=2, in_flight=5, partial_bytes=9)
+    # worker 7 fetched page 0 (its shard not yet durable), then died holding page 1 too;
+    # page 2 is with another worker
+    coordinator._handle(("pages", 1, []))
+    assert coordinator.pages_out == 2
+    lost = [Page(0, None, ("f0-a", "f0-b")), Page(1, "t1", ("f1-a", "f1-b"))]
+    coordinator._handle(("lost", 7, lost, 1, "ActorDiedError: gone"))
+    assert coordinator.pages_out == 1  # page 2 only: page 1's slot is free again
+    assert coordinator.pages_reassigned == 2
+    assert coordinator.ticks[7].in_flight == 0 and coordinator.ticks[7].files_ok == 2
+    again = Tasks()
+    coordinator._send_requeued(again)  # type: ignore[arg-type]
+    assert [page.seq for page in again.sent] == [0, 1]
+    assert coordinator.pages_out == 3 and not coordinator.requeue
+    # their reports come back from the others: done once each, and the report says so
+    coordinator._handle(("pages", 2, [PageReport(0, 2, 200), PageReport(1, 2, 200)]))
+    assert coordinator.journal.totals().pages_done == 2
+    assert coordinator.lost_workers == {7: "ActorDiedError: gone"}
+    coordinator.journal.close()

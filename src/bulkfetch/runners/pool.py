@@ -66,6 +66,19 @@ class WorkerPool(Protocol):
         ...
 
 
+def take_all(messages: Any, timeout: float) -> list[Message]:
+    """The first message within `timeout`, then whatever else is there ([] if none came)."""
+    try:
+        taken = [messages.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            taken.append(messages.get_nowait())
+        except queue.Empty:
+            return taken
+
+
 class ProcessPool:
     """W forked worker processes: pages down one queue, everything up one results channel."""
 
@@ -91,15 +104,7 @@ class ProcessPool:
         self.tasks.put(page)
 
     def receive(self, timeout: float) -> list[Message]:
-        try:
-            messages = [self.results.get(timeout=timeout)]
-        except queue.Empty:
-            return []
-        while True:
-            try:
-                messages.append(self.results.get_nowait())
-            except queue.Empty:
-                return messages
+        return take_all(self.results, timeout)
 
     def dead(self) -> str | None:
         for worker in self.workers:

@@ -36,7 +36,7 @@ from bulkfetch.config import GetOptions
 from bulkfetch.engine.worker import worker_main
 from bulkfetch.errors import UsageError
 from bulkfetch.models import Page
-from bulkfetch.runners.pool import Message
+from bulkfetch.runners.pool import Message, take_all
 
 EXCHANGE_WAIT_S = 0.5  # an actor's reply waits at most this for its worker's first message
 START_TIMEOUT_S = 120.0  # for the probes and the first actors to answer
@@ -84,15 +84,7 @@ class RayWorker:
             self.stop.set()
         if finish:
             self.tasks.put(None)
-        try:
-            messages = [self.results.get(timeout=EXCHANGE_WAIT_S)]
-        except queue.Empty:
-            return []
-        while True:
-            try:
-                messages.append(self.results.get_nowait())
-            except queue.Empty:
-                return messages
+        return take_all(self.results, EXCHANGE_WAIT_S)
 
 
 def _sees(path: str, token: str) -> bool:
@@ -145,7 +137,12 @@ class RayPool:
         self.missing = 0  # actors lost and not replaced yet
         self.next_room_check = 0.0
         self.empty_since: float | None = None
-        self._check_dest(Path(options.dest))
+        # The actors' working directory is not ours: they get absolute paths (the driver
+        # keeps the options as given, which its journal's fingerprint holds).
+        self.actor_options = dataclasses.replace(
+            self.options, dest=os.path.abspath(options.dest),
+            source=os.path.abspath(options.source) if options.from_file else options.source)
+        self._check_dest(Path(self.actor_options.dest))
         env = {name: value for name, value in os.environ.items()
                if name.startswith(PASSED_ENV)}
         self.actor_class = self.ray.remote(RayWorker).options(
@@ -184,7 +181,7 @@ class RayPool:
             calls = {
                 sees.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
                     node["NodeID"], soft=False)).remote(str(probe), token):
-                    node.get("NodeManagerAddress", node["NodeID"][:8])
+                    self._node_label(node["NodeID"])
                 for node in nodes}
             ready, _ = ray.wait(list(calls), num_returns=len(calls), timeout=START_TIMEOUT_S)
             blind = [calls[ref] for ref in calls
@@ -222,7 +219,7 @@ class RayPool:
         return f"node {node_id[:8]}"
 
     def _add_actor(self, worker: int) -> _Actor:
-        actor = _Actor(worker, self.actor_class.remote(worker, self.options))
+        actor = _Actor(worker, self.actor_class.remote(worker, self.actor_options))
         self.actors[worker] = actor
         self._call(actor)
         return actor
