@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -256,3 +257,51 @@ def test_a_removed_node_s_pages_go_to_the_others(
     assert len([w for w in report["workers"] if w["lost"]]) == 1, report["workers"]
     assert report["files_ok"] == files
     assert_complete(tmp_path / "dest", expected_files(files))
+
+
+def _same_mounts_as_us() -> str:
+    return os.readlink("/proc/self/ns/mnt")
+
+
+def _processes_in_other_mounts(mounts: str) -> list[int]:
+    """Ray processes whose mount namespace is not ours (the blind node's)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if (os.readlink(f"/proc/{entry}/ns/mnt") != mounts
+                    and any(mark in Path(f"/proc/{entry}/cmdline").read_text(errors="replace")
+                            for mark in ("raylet", "ray::", "/ray/"))):
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="a node with its own mounts needs root and unshare")
+def test_a_node_that_does_not_see_dest_is_refused_by_name(
+        cluster: TwoNodes, tmp_path: Path) -> None:
+    # Last in the module: a third node, in a mount namespace where DEST's directory is an
+    # empty tmpfs of its own, joins the cluster; the run must refuse before any worker starts.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    mounts = _same_mounts_as_us()
+    ray_start = shutil.which("ray") or "ray"
+    subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                    f"mount -t tmpfs none {shared} && {ray_start} start --address="
+                    f"{cluster.address} --num-cpus=0 --object-store-memory=80000000 "
+                    "--node-ip-address=127.0.0.1"],
+                   check=True, capture_output=True, timeout=120, env=os.environ | RAY_ENV)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", "http://127.0.0.1:9/",
+             str(shared / "dest"), "--runner", "ray", "--ray-address", cluster.address],
+            capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert "is not seen by every Ray node (not by " in proc.stderr, proc.stderr[-3000:]
+        assert "shared filesystem" in proc.stderr and "Traceback" not in proc.stderr
+        assert not actor_pids()  # refused before any worker started
+    finally:
+        for pid in _processes_in_other_mounts(mounts):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
