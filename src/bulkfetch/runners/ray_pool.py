@@ -184,8 +184,18 @@ class RayPool:
                     self._node_label(node["NodeID"])
                 for node in nodes}
             ready, _ = ray.wait(list(calls), num_returns=len(calls), timeout=START_TIMEOUT_S)
-            blind = [calls[ref] for ref in calls
-                     if ref not in ready or not ray.get(ref)]
+            blind = []
+            for ref, label in calls.items():
+                if ref not in ready:
+                    blind.append(f"{label}: no answer")
+                    continue
+                try:
+                    if not ray.get(ref):
+                        blind.append(label)
+                except ray.exceptions.TaskUnschedulableError:
+                    continue  # a node that left after ray.nodes() said it is alive
+                except ray.exceptions.RayError as exc:
+                    blind.append(f"{label}: {type(exc).__name__}")
         finally:
             with contextlib.suppress(OSError):
                 probe.unlink()
