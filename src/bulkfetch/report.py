@@ -167,8 +167,8 @@ def summary_table(report: Report) -> Table:
     runner = report.options.get("runner")
     if isinstance(runner, dict) and runner.get("kind") == "ray" and report.workers:
         table.add_row("workers", Text(_by_node(report)))
-    if report.pages_reassigned or any(w.get("lost") for w in report.workers):
-        lost = sum(1 for w in report.workers if w.get("lost"))
+    lost = sum(1 for worker in report.workers if worker.get("lost"))
+    if report.pages_reassigned or lost:
         table.add_row("", Text(f"{lost:,} workers lost; {report.pages_reassigned:,} of "
                                "their pages fetched by the others", style="yellow"))
     if report.error is not None:

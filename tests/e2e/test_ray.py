@@ -207,6 +207,9 @@ def test_a_killed_actor_s_pages_go_to_the_others(
     report, err = fault_mid_run(cluster, server, tmp_path, "tar", kill_an_actor)
     assert report["pages_reassigned"] > 0
     assert [w for w in report["workers"] if w["lost"]], report["workers"]
+    # a replacement's node is looked up at the end: every worker that worked has one
+    assert all(" node " in w["node"] for w in report["workers"] if w["files_ok"]), \
+        report["workers"]
     assert "lost" in err and "of its pages go to the others" in err
     assert report["files_ok"] == files
     assert_tar_exactly_once(tmp_path / "dest", files)

@@ -33,7 +33,7 @@ from bulkfetch.runners.dest import journal_stored_retries, remove_temporaries
 from bulkfetch.runners.pool import Message, WorkerPool
 from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.samples import split_key
-from bulkfetch.sinks.directory import TMP_DIR
+from bulkfetch.sinks.directory import TMP_DIR, worker_tmp_name
 from bulkfetch.sources.base import unusable_name
 
 ProgressCallback = Callable[[Progress], None]
@@ -232,11 +232,12 @@ class Coordinator:
             self.ticks[worker] = dataclasses.replace(tick, in_flight=0, partial_bytes=0,
                                                      largest=())
         dest = Path(self.options.dest)
+        held = {page.seq for page in pages}
         recovered: set[int] = set()
         if self.options.sink.kind == "tar":
             try:
                 for report in index.recover(dest, self.journal.page_is_done, worker):
-                    if report.seq in {page.seq for page in pages}:
+                    if report.seq in held:
                         self._page_done(report)
                         recovered.add(report.seq)
             except (OSError, sqlite3.Error) as exc:
@@ -244,7 +245,7 @@ class Coordinator:
                                "rerun the same command to resume")
                 return
         with contextlib.suppress(OSError):
-            shutil.rmtree(dest / TMP_DIR / f"w{worker}")
+            shutil.rmtree(dest / TMP_DIR / worker_tmp_name(worker))
         again = [page for page in pages if page.seq not in recovered]
         self.requeue.extend(sorted(again, key=lambda page: page.seq))
         self.pages_reassigned += len(again)

@@ -41,11 +41,6 @@ from bulkfetch.runners.pool import Message, take_all
 EXCHANGE_WAIT_S = 0.5  # an actor's reply waits at most this for its worker's first message
 START_TIMEOUT_S = 120.0  # for the probes and the first actors to answer
 REPLACE_WAIT_S = 30.0  # with every actor lost: how long a free CPU for another may take
-# A reply normally comes within EXCHANGE_WAIT_S. One this late makes the pool ask whether the
-# actor's node is still alive (Ray can take minutes to fail a call to an actor whose node is
-# gone); one later than SILENT_S counts the actor as lost whatever its node says.
-LATE_S = 5.0
-SILENT_S = 120.0
 PASSED_ENV = ("AWS_", "BULKFETCH_")  # the driver's variables the actors need (credentials)
 INSTALL = "--runner ray needs Ray: pip install 'bulkfetch[ray]'"
 
@@ -99,10 +94,9 @@ def _sees(path: str, token: str) -> bool:
 class _Actor:
     worker: int
     handle: Any
+    node_ref: Any = None  # its node_id() call, asked at creation, read when needed
     node: str = ""
     call: Any = None  # the outstanding exchange's ObjectRef
-    called_at: float = 0.0
-    node_id: str = ""
     ready: bool = False  # it has answered once (a replacement may wait for a node)
     pending: list[Page] = field(default_factory=list)  # assigned, not handed over yet
     held: dict[int, Page] = field(default_factory=dict)  # no durable report yet, by seq
@@ -212,13 +206,13 @@ class RayPool:
         deadline = time.monotonic() + START_TIMEOUT_S
         for actor in self.actors.values():  # placed and answering, or a clear error
             try:
-                node = self.ray.get(actor.handle.node_id.remote(),
+                node = self.ray.get(actor.node_ref,
                                     timeout=max(1.0, deadline - time.monotonic()))
             except self.ray.exceptions.GetTimeoutError:
                 self.kill()
                 raise UsageError(f"Ray did not start {self.size} workers within "
                                  f"{START_TIMEOUT_S:.0f} s (is the cluster busy?)") from None
-            actor.node, actor.node_id = self._node_label(node), node
+            actor.node = self._node_label(node)
             actor.ready = True
 
     def _node_label(self, node_id: str) -> str:
@@ -229,7 +223,8 @@ class RayPool:
         return f"node {node_id[:8]}"
 
     def _add_actor(self, worker: int) -> _Actor:
-        actor = _Actor(worker, self.actor_class.remote(worker, self.actor_options))
+        handle = self.actor_class.remote(worker, self.actor_options)
+        actor = _Actor(worker, handle, handle.node_id.remote())
         self.actors[worker] = actor
         self._call(actor)
         return actor
@@ -240,7 +235,6 @@ class RayPool:
             return
         finish = actor.finish and not actor.finish_sent
         actor.call = actor.handle.exchange.remote(actor.pending, finish, actor.stop)
-        actor.called_at = time.monotonic()
         actor.finish_sent = actor.finish_sent or finish
         actor.pending = []
         self.by_call[actor.call] = actor
@@ -279,11 +273,7 @@ class RayPool:
             except self.ray.exceptions.RayError as exc:
                 messages += self._lost(actor, exc)
                 continue
-            if not actor.ready:  # a replacement's first answer: where did it land?
-                actor.ready = True
-                with contextlib.suppress(Exception):
-                    actor.node_id = self.ray.get(actor.handle.node_id.remote(), timeout=10)
-                    actor.node = self._node_label(actor.node_id)
+            actor.ready = True  # a replacement's first answer: it has a node now
             for message in answer:
                 if message[0] == "pages":
                     actor.unfetched -= message[1]
@@ -298,32 +288,6 @@ class RayPool:
                 messages += self._lost(actor, ConnectionError(
                     "it stopped by itself: the Ray raylet of its node is gone"))
             self._call(actor)
-        return messages + self._silent()
-
-    def _silent(self) -> list[Message]:
-        """Lose the actors whose replies are long overdue: on a node Ray knows is dead, or
-        silent for SILENT_S."""
-        now = time.monotonic()
-        late = [actor for actor in self.by_call.values()
-                if actor.ready and now - actor.called_at > LATE_S]
-        if not late:
-            return []
-        try:
-            alive = {node["NodeID"] for node in self.ray.nodes() if node.get("Alive")}
-        except Exception:
-            alive = None
-        messages: list[Message] = []
-        for actor in late:
-            if alive is not None and actor.node_id and actor.node_id not in alive:
-                why = f"its node {actor.node} is dead"
-            elif now - actor.called_at > SILENT_S:
-                why = f"no answer in {SILENT_S:.0f} s"
-            else:
-                actor.called_at = now - LATE_S / 2  # ask about its node again in a while
-                continue
-            del self.by_call[actor.call]
-            actor.call = None
-            messages += self._lost(actor, ConnectionError(why))
         return messages
 
     def _lost(self, actor: _Actor, exc: Exception) -> list[Message]:
@@ -397,8 +361,14 @@ class RayPool:
         self.join()
 
     def where(self, worker: int) -> str:
+        """For the report: replacements' nodes are looked up only now."""
         actor = self.actors.get(worker)
-        return actor.node if actor is not None else ""
+        if actor is None:
+            return ""
+        if not actor.node:
+            with contextlib.suppress(Exception):
+                actor.node = self._node_label(self.ray.get(actor.node_ref, timeout=5))
+        return actor.node
 
     def close(self) -> None:
         if self.started_ray:

@@ -30,6 +30,11 @@ from bulkfetch.sinks.base import SinkFailure, SinkFatal, Writer, fatal_or_failur
 from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
 
 TMP_DIR = ".bulkfetch/tmp"
+
+
+def worker_tmp_name(worker: int) -> str:
+    """A worker's own directory under TMP_DIR (what a lost worker leaves is removed by it)."""
+    return f"w{worker}"
 SUMS_DIR = ".bulkfetch/sums"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -49,7 +54,7 @@ class DirectorySink:
         # One temporary directory per worker: workers sharing one directory contend for its
         # lock (two workers on one core wrote 2,840 files/s shared, 4,008 apart).
         self.shared_tmp_fd = os.open(TMP_DIR, _DIR_FLAGS, dir_fd=self.dest_fd)
-        self.tmp_name = f"w{worker}"
+        self.tmp_name = worker_tmp_name(worker)
         with contextlib.suppress(FileExistsError):
             os.mkdir(self.tmp_name, 0o755, dir_fd=self.shared_tmp_fd)
         self.tmp_fd = os.open(self.tmp_name, _DIR_FLAGS, dir_fd=self.shared_tmp_fd)
