@@ -8,12 +8,15 @@ directory and is checked against the server's MD5 ETag:
 
 - `bulkfetch get` with --parts 1 (one connection) and with --parts N;
 - `aria2c -x N -s N` (aria2 checks nothing: it has no digest to check), and the same
-  followed by `md5sum` (what a user runs to know the file is right).
+  followed by `md5sum` (what a user runs to know the file is right);
+- N `curl -r` ranges at once into /dev/null: what this server, on its one core, gives a
+  client that neither writes nor checks anything (the ceiling of every row above).
 
 Issue 18's bars: bulkfetch --parts N at least 6x its one-connection rate; at least aria2c's
 MB/s; CPU per byte at most aria2c's. bulkfetch hashes every byte it stores (MD5 against the
 ETag), so its CPU is also compared with aria2c + md5sum. The server hashes the whole body
-once before its first answer: an unmeasured HEAD warms it.
+once before its first answer: an unmeasured HEAD warms it. Where the ceiling is below 6x
+one connection, the 6x bar measures the server's core, not the client.
 """
 
 from __future__ import annotations
@@ -80,12 +83,26 @@ def main() -> None:
         checks.append(f"aria2c: {'right' if right else 'WRONG'}")
         rows.append(Row("md5sum FILE (after aria2c)", size, summed))
         settle(dest, pause=0.5)
+        log(f"{args.parts} x curl -r into /dev/null ...")
+        ceiling = run_measured([*pin.client, "sh", "-c", curl_ranges(url, size, args.parts)])
+        got = sum(int(n) for n in ceiling.stdout.split())
+        rows.append(Row(f"{args.parts} x curl -r, into /dev/null", size, ceiling))
+        checks.append(f"curl ranges: {'all bytes' if got == size else f'{got:,} bytes'}")
     finally:
         server.stop()
         if args.work is None:
             with contextlib.suppress(OSError):
                 shutil.rmtree(work)
     report(args, size, pin.note, rows, checks)
+
+
+def curl_ranges(url: str, size: int, parts: int) -> str:
+    """A shell line that fetches `size` bytes of `url` as `parts` ranges at once, printing
+    each range's byte count."""
+    step = -(-size // parts)
+    fetches = [f"curl -s -r {start}-{min(start + step, size) - 1} -o /dev/null "
+               f"-w '%{{size_download}}\\n' {url} &" for start in range(0, size, step)]
+    return " ".join(fetches) + " wait"
 
 
 def report(args: argparse.Namespace, size: int, placement: str, rows: list[Row],
@@ -97,12 +114,16 @@ def report(args: argparse.Namespace, size: int, placement: str, rows: list[Row],
     for row in rows:
         print(f"| {row.label} | {row.run.seconds:.1f} | {row.mb_per_s:,.0f} | "
               f"{row.cpu_s_per_gib:.2f} | {row.run.peak_rss / MIB:.0f} |")
-    split, single, aria, md5 = rows
+    split, single, aria, md5, ceiling = rows
     print()
     print("- checked against the ETag: " + "; ".join(checks))
     ratio = split.mb_per_s / single.mb_per_s
     print(f"- [{'x' if ratio >= SPLIT_BAR else ' '}] --parts {args.parts} × one connection "
           f"{ratio:.2f} (>= {SPLIT_BAR})")
+    print(f"- the server's ceiling: {args.parts} x curl -r × bulkfetch's one connection "
+          f"{ceiling.mb_per_s / single.mb_per_s:.2f}; bulkfetch --parts {args.parts} × that "
+          f"ceiling {split.mb_per_s / ceiling.mb_per_s:.3f}, aria2c × it "
+          f"{aria.mb_per_s / ceiling.mb_per_s:.3f}")
     ratio = split.mb_per_s / aria.mb_per_s
     print(f"- [{'x' if ratio >= 1 else ' '}] bulkfetch MB/s × aria2c {ratio:.3f} (>= 1)")
     ratio = split.cpu_s_per_gib / aria.cpu_s_per_gib
