@@ -11,24 +11,34 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One page of names to fetch. `token` is what listed it (None: the first page)."""
+    """One page of names to fetch. `token` is what listed it (None: the first page).
+    `sizes` and `md5s`, when the listing stated them (S3), are each item's size and the hex
+    MD5 its ETag gives ("" for an ETag that is no MD5: an object uploaded in parts)."""
 
     seq: int
     token: str | None
     names: tuple[str, ...]
+    sizes: tuple[int, ...] | None = None
+    md5s: tuple[str, ...] | None = None
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         # On the wire the names travel as one NUL-joined string: pickling a thousand
         # strings one by one (each memoized) cost more than the rest of the page's trip.
-        # A name holding a NUL itself (hostile, but JSON allows it) keeps the tuple.
+        # A name holding a NUL itself (hostile, but JSON allows it) keeps the tuple. The
+        # MD5s (hex or "", never a NUL) travel the same way.
         joined = "\0".join(self.names)
+        names: str | tuple[str, ...] = self.names
         if joined.count("\0") == len(self.names) - 1 and self.names:
-            return _page_from_wire, (self.seq, self.token, joined)
-        return _page_from_wire, (self.seq, self.token, self.names)
+            names = joined
+        md5s = "\0".join(self.md5s) if self.md5s else self.md5s
+        return _page_from_wire, (self.seq, self.token, names, self.sizes, md5s)
 
 
-def _page_from_wire(seq: int, token: str | None, names: str | tuple[str, ...]) -> Page:
-    return Page(seq, token, tuple(names.split("\0")) if isinstance(names, str) else names)
+def _page_from_wire(seq: int, token: str | None, names: str | tuple[str, ...],
+                    sizes: tuple[int, ...] | None = None,
+                    md5s: str | tuple[str, ...] | None = None) -> Page:
+    return Page(seq, token, tuple(names.split("\0")) if isinstance(names, str) else names,
+                sizes, tuple(md5s.split("\0")) if isinstance(md5s, str) else md5s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
 
 from bulkfetch.engine import carry, ranges
 from bulkfetch.server.dataset import SyntheticDataSet
+from bulkfetch.server.faults import FaultConfig, FaultPlan
 from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
 from bulkfetch.tls import CA_VARIABLES
@@ -165,6 +166,37 @@ def test_faults_answered_in_s3_words(reference_server, tmp_path: Path) -> None:
     expected = expected_files(files, seed=5)
     stored = {name: digest for name, digest in expected.items() if name not in failed}
     assert_complete_except(dest, stored)
+
+
+def test_objects_unlike_their_listing_fail_as_changed_at_their_first_answer(
+        reference_server, tmp_path: Path) -> None:
+    """`serve --stale-rate`: the listing states another ETag (half of them another Size
+    too) than the GET serves, as for objects rewritten after they were listed. Exactly those
+    fail, named as changed, with no retry, whether held in memory, streamed, or big enough
+    to split (no range is asked for one: its first answer gave it away); every other
+    object is checked by the MD5 its listing gives."""
+    files, size, seed = 300, "lognormal:8k:2.5:3m", "11"
+    server = reference_server("--s3", "--files", str(files), "--file-size", size,
+                              "--stale-rate", "0.1", "--seed", seed, access_log=True)
+    dest, report = tmp_path / "dest", tmp_path / "r.json"
+    proc = get(server, dest, "--spool-above", "64k", "--split-above", "1m", "--parts", "3",
+               "--report", str(report))
+    assert proc.returncode == 1, proc.stderr
+    data = SyntheticDataSet(files, 1000, int(seed), parse_size_spec(size))
+    plan = FaultPlan(FaultConfig(stale_rate=0.1), seed=int(seed))
+    stale = {data.name(i): data.size(i) for i in range(files) if plan.stale(data.name(i))}
+    assert sum(size > 1 << 20 for size in stale.values()) >= 3  # split ones among them
+    assert sum(64 << 10 < size <= 1 << 20 for size in stale.values()) >= 3  # streamed ones
+    result = json.loads(report.read_text())
+    failed = {failure["name"]: failure["reason"] for failure in result["failures"]}
+    assert set(failed) == set(stale)
+    assert all(reason.startswith("changed since it was listed") for reason in failed.values())
+    assert result["retries"] == 0
+    assert result["checked"] == {"md5": files - len(stale), "digest": 0, "size_only": 0}
+    assert_complete_except(dest, {data.name(i): hashlib.md5(data.body(i)).hexdigest()
+                                  for i in range(files) if data.name(i) not in stale})
+    ranged = [r.target for r in server.requests() if r.status == 206]
+    assert ranged and not [t for t in ranged if t.rpartition("/")[2] in stale]
 
 
 def assert_complete_except(dest: Path, expected: dict[str, str]) -> None:

@@ -26,7 +26,7 @@ from bulkfetch.engine.curl import (
     retry_after_seconds,
     retryable_status,
 )
-from bulkfetch.engine.digests import BY_SIZE, checked_way
+from bulkfetch.engine.digests import BY_SIZE, LISTING, checked_way
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.models import InFlight
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
@@ -85,12 +85,13 @@ class BigFiles:
         """The in-memory attempt at `transfer` stopped at --spool-above; `lines` are its
         response's headers."""
         plan = split_plan(lines)
-        pinned = self.fetcher.pinned(transfer[1]) if self.fetcher.pinned else None
+        pinned = self.fetcher.pin_of(transfer[1])
         if pinned is not None and plan is not None:
-            if plan.total != pinned.size:  # the wrong file (or a lie): not worth a byte
-                self.fetcher._fail(transfer[0], transfer[1],
-                                   f"Content-Length {plan.total}, {pinned.vouched_by} gives "
-                                   f"{pinned.size}", transfer[3], transfer[2])
+            wrong = pinned.contradicts(plan.total, plan.stated)
+            if wrong is not None:  # the wrong file, a lie, or changed: not worth a byte
+                if pinned.vouched_by == LISTING:
+                    wrong = f"changed since it was listed: {wrong}"
+                self.fetcher._fail(transfer[0], transfer[1], wrong, transfer[3], transfer[2])
                 return
             plan = plan.pin(pinned)
         if plan is None or plan.total < self.split_above:
@@ -130,9 +131,9 @@ class BigFiles:
             spool.discard()
             return False
         stated = {algorithm: bytes.fromhex(value) for algorithm, value in record.digests}
-        pinned = self.fetcher.pinned(name) if self.fetcher.pinned else None
-        if pinned is not None and record.total != pinned.size:
-            spool.discard()
+        pinned = self.fetcher.pin_of(name)
+        if pinned is not None and pinned.contradicts(record.total, stated) is not None:
+            spool.discard()  # another file than the one listed now: start it over
             return False
         plan = SplitPlan(record.total, record.validator, stated).pin(pinned)
         self._begin(RangedFile.resumed(transfer, spool, plan, self.parts, record.parts), record)
@@ -203,8 +204,7 @@ class BigFiles:
             return
         handle = fetcher.free.pop()
         body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1],
-                                    pinned=fetcher.pinned(transfer[1]) if fetcher.pinned
-                                    else None)
+                                    pinned=fetcher.pin_of(transfer[1]))
         spooling.prepare(handle, body.write)
         if fetcher.sign is not None:
             handle.setopt(pycurl.HTTPHEADER, fetcher.sign(transfer[2]))

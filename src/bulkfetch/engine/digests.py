@@ -118,7 +118,9 @@ def mismatch(stated: dict[str, bytes], md5: Any, other: Any, what: str,
     that part of the source vouched for: a Pinned digest), or None."""
     expected = stated.get("md5")
     if expected is not None and expected != md5.digest():
-        return f"MD5 of {what} does not match the server's ETag/Content-MD5/Repr-Digest"
+        whose = f"the digest {vouched_by} gives" if vouched_by else \
+            "the server's ETag/Content-MD5/Repr-Digest"
+        return f"MD5 of {what} does not match {whose}"
     if other is not None and other.digest() != stated.get(other.name):
         whose = f"the digest {vouched_by} gives" if vouched_by else "the server's " + (
             "checksum" if other.name.startswith("crc") else "Repr-Digest")
@@ -143,24 +145,42 @@ class NoMd5:
         return ""
 
 
+LISTING = "the listing"  # a Pinned's vouched_by for what a listing states (S3)
+
+
 @dataclass(frozen=True, slots=True)
 class Pinned:
     """A file's size and digest as the source itself vouches for them, before any server
-    answers (a registry blob: its manifest's descriptor). They replace whatever digests the
-    response states, and no more than `size` bytes are ever taken."""
+    answers (a registry blob: its manifest's descriptor; an S3 object: the listing's Size
+    and MD5 ETag). A digest replaces whatever digests the response states, and no more than
+    `size` bytes are ever taken. With no digest (`algorithm` ""; an object uploaded in
+    parts) the size alone is pinned and the response's digests are checked as usual."""
 
     size: int
-    algorithm: str  # a hashlib name: sha256, sha512
+    algorithm: str  # a hashlib name: sha256, sha512, md5; "" for the size alone
     digest: bytes
     vouched_by: str = "the source"  # for messages: "the manifest"
 
-    def stated(self) -> dict[str, bytes]:
-        return {self.algorithm: self.digest}
+    def stated(self, response: dict[str, bytes]) -> dict[str, bytes]:
+        """The digests to check a body against, given those its `response` states."""
+        return {self.algorithm: self.digest} if self.algorithm else response
+
+    def contradicts(self, total: int, response: dict[str, bytes]) -> str | None:
+        """Why a response of `total` bytes stating `response` is not the pinned file (a lie,
+        or an object that changed since it was listed), before its body is read, or None."""
+        if total != self.size:
+            return f"Content-Length {total}, {self.vouched_by} gives {self.size}"
+        if self.algorithm and response.get(self.algorithm, self.digest) != self.digest:
+            return f"the server states another {self.algorithm.upper()} than " \
+                f"{self.vouched_by} gives"
+        return None
 
     def mismatch(self, body: bytes) -> str | None:
         """Why a body held in memory is not the pinned file, or None."""
         if len(body) != self.size:
             return f"body of {len(body)} bytes, {self.vouched_by} gives {self.size}"
+        if not self.algorithm:
+            return None
         import hashlib
 
         if hashlib.new(self.algorithm, body).digest() != self.digest:

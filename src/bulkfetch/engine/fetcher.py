@@ -34,7 +34,7 @@ from bulkfetch.engine.curl import (
     retryable_status,
     tls_failure,
 )
-from bulkfetch.engine.digests import BY_DIGEST, BY_MD5, BY_SIZE, Pinned
+from bulkfetch.engine.digests import BY_DIGEST, BY_MD5, BY_SIZE, LISTING, Pinned
 from bulkfetch.engine.hosts import HostGate, host_label
 from bulkfetch.models import (
     LATENCY_BUCKETS,
@@ -77,6 +77,19 @@ class _PageState:
 # A transfer is a plain tuple (page state, name, url, attempt): building one per file must
 # cost less than a Python-level __init__ call.
 _Transfer = tuple[_PageState, str, str, int]
+
+
+def unlike_listing(listed: tuple[int, str], body: bytes, digest: str | None) -> str | None:
+    """Why a body that is whole by its own answer (Content-Length, ETag) is not the object
+    the listing stated (`listed`: size, hex MD5 or ""; `digest`: the body's MD5, None when
+    not verifying): it changed since it was listed. None when it is that object."""
+    size, md5 = listed
+    if size >= 0 and len(body) != size:
+        return f"changed since it was listed: body of {len(body):,} bytes, the listing " \
+            f"gives {size:,}"
+    if md5 and digest is not None and digest != md5:
+        return "changed since it was listed: its MD5 is not the ETag the listing gives"
+    return None
 
 
 def expected_md5(etag: str | None, content_md5: str | None) -> str | None:
@@ -159,6 +172,9 @@ class Fetcher:
         # A source that vouches for its files' sizes and digests itself (a registry's blobs,
         # from their manifests): name -> digests.Pinned, checked in place of the server's.
         self.pinned: Callable[[str], Pinned | None] | None = getattr(source, "pinned", None)
+        # What the listing stated of the items of the pages in hand (S3: Size and ETag):
+        # item -> (size, hex MD5 or ""). A body unlike it is another version of the object.
+        self.listed: dict[str, tuple[int, str]] = {}
         # A source whose credentials expire (a registry's bearer token): url -> whether a
         # 401 there is worth another attempt with renewed credentials.
         self.reauthorize: Callable[[str], bool] | None = getattr(source, "reauthorize", None)
@@ -247,6 +263,11 @@ class Fetcher:
         return self.pages_held == 0
 
     def add_page(self, page: Page) -> None:
+        sizes, md5s = page.sizes, page.md5s
+        if sizes is not None and len(sizes) == len(page.names) and (
+                md5s is None or len(md5s) == len(sizes)):
+            self.listed.update(zip(page.names, zip(sizes, md5s or ("",) * len(sizes),
+                                                   strict=True), strict=True))
         urls = self.source.plain_urls(page.names)
         if urls is not None:  # every name is plain: no per-name check, tuples built in C
             self._add_plain(page, urls)
@@ -468,6 +489,16 @@ class Fetcher:
                 pinned = self.pinned(transfer[1])
                 if pinned is not None:
                     reason, way = pinned.mismatch(body), BY_DIGEST
+            if self.listed and reason is None:
+                listed = self.listed.get(transfer[1])
+                if listed is not None:
+                    changed = unlike_listing(listed, body, digest)
+                    if changed is not None:  # a whole answer, for another version: final
+                        self._fail(transfer[0], transfer[1], changed, transfer[3],
+                                   transfer[2])
+                        return
+                    if listed[1] and digest is not None:
+                        way = BY_MD5
             if reason is None:
                 state = transfer[0]
                 try:
@@ -507,6 +538,21 @@ class Fetcher:
         url = handle.getinfo(pycurl.EFFECTIVE_URL) or url  # a redirect's target, if one
         return FatalTransferError(
             f"fetching {name!r}: {tls_failure(code, message, url, self.options.tls)}")
+
+    def pin_of(self, name: str) -> Pinned | None:
+        """What the source vouches for of the file `name`: its own pin (a registry blob's
+        descriptor), else the listing's size and MD5, else None."""
+        if self.pinned is not None:
+            pinned = self.pinned(name)
+            if pinned is not None:
+                return pinned
+        listed = self.listed.get(name) if self.listed else None
+        if listed is None or listed[0] < 0:
+            return None
+        size, md5 = listed
+        if md5 and self.verify:
+            return Pinned(size, "md5", bytes.fromhex(md5), LISTING)
+        return Pinned(size, "", b"", LISTING)
 
     @staticmethod
     def _short(handle: pycurl.Curl, body: bytes) -> str | None:
@@ -556,6 +602,9 @@ class Fetcher:
 
     def _page_finished(self, state: _PageState) -> None:
         self.live.discard(state)
+        if state.page.sizes is not None:
+            for item in state.page.names:
+                self.listed.pop(item, None)
         ok = state.ok
         self.files_ok += ok
         self.bytes += state.bytes

@@ -60,9 +60,10 @@ class SplitPlan:
 
     def pin(self, pinned: Pinned | None) -> SplitPlan:
         """This plan with the digest the source vouches for in place of the server's."""
-        if pinned is None:
+        if pinned is None or not pinned.algorithm:
             return self
-        return SplitPlan(self.total, self.validator, pinned.stated(), pinned.vouched_by)
+        return SplitPlan(self.total, self.validator, pinned.stated(self.stated),
+                         pinned.vouched_by)
 
 
 def split_plan(lines: list[bytes]) -> SplitPlan | None:
@@ -115,7 +116,7 @@ class RangedFile:
     in_line: bool = True  # hash where the hash stands in line; False: all on the thread
 
     def __post_init__(self) -> None:
-        if self.plan.vouched_by:
+        if self.plan.vouched_by and "md5" not in self.plan.stated:  # a pinned SHA is the check
             self.md5 = NoMd5()
         other = strongest(self.plan.stated)
         if other is not None:

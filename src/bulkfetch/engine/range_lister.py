@@ -36,6 +36,7 @@ class RangePage:
     keys: tuple[str, ...]  # every key the store listed in the range (for split points)
     more: bool  # the range goes on after keys[-1]
     sizes: tuple[int, ...] | None = None  # the items' sizes, when the store lists them
+    md5s: tuple[str, ...] | None = None  # the MD5s their ETags give (hex; "": none)
     plain: bool = False  # every item a plain name (the source checked the page at once)
 
 
@@ -304,11 +305,16 @@ class RangeLister(ListerThread):
 
     def _send_replay(self, journaled: tuple[int, str, str | None], page: RangePage) -> bool:
         seq, token, next_token = journaled
-        items = carry.decode(token)[1] + page.items
+        carried_in = carry.decode(token)[1]
+        items = carried_in + page.items
         carried_out = len(carry.decode(next_token)[1])
         if carried_out:
             items = items[:len(items) - carried_out]
-        return self._put(Listed(seq, token, ListedPage(items, next_token), replay=True))
+        # what the store says of each item goes with it while the items are the page's own
+        whole = not carried_in and not carried_out
+        return self._put(Listed(seq, token, ListedPage(
+            items, next_token, sizes=page.sizes if whole else None,
+            md5s=page.md5s if whole else None), replay=True))
 
     def _advance(self, state: _State, work: _Range, page: RangePage) -> bool:
         span = work.span
@@ -327,6 +333,7 @@ class RangeLister(ListerThread):
         listed = Listed(state.seq, token, ListedPage(
             work.carried + page.items, next_range_token,
             sizes=None if work.carried or self.key_of else page.sizes,
+            md5s=None if work.carried or self.key_of else page.md5s,
             plain=page.plain and not work.carried))
         state.seq += 1
         work.span, work.carried = following, ()

@@ -54,7 +54,7 @@ class SpooledBody:
     pinned: Pinned | None = None  # the size and digest the source vouches for, if any
 
     def __post_init__(self) -> None:
-        if self.pinned is not None:
+        if self.pinned is not None and self.pinned.algorithm not in ("", "md5"):
             self.md5 = NoMd5()
 
     def write(self, data: bytes) -> int | None:
@@ -88,7 +88,9 @@ class SpooledBody:
         length = headers.get("content-length", "")
         self.total = int(length) if length.isdigit() else -1
         # a pinned digest is the trust root: what the response states adds nothing to it
-        self.stated = self.pinned.stated() if self.pinned else stated_digests(headers)
+        self.stated = stated_digests(headers)
+        if self.pinned is not None:
+            self.stated = self.pinned.stated(self.stated)
         other = strongest(self.stated)
         if other is not None:
             self.other = new_hasher(other[0])
@@ -105,7 +107,7 @@ class SpooledBody:
         if pinned is not None and self.size != pinned.size:
             return f"body of {self.size} bytes, {pinned.vouched_by} gives {pinned.size}"
         return mismatch(self.stated, self.md5, self.other, "the body",
-                        pinned.vouched_by if pinned is not None else "")
+                        pinned.vouched_by if pinned is not None and pinned.algorithm else "")
 
 
 def prepare(handle: pycurl.Curl, write: Callable[[bytes], int | None]) -> None:

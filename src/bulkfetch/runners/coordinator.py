@@ -34,7 +34,7 @@ from bulkfetch.runners.pool import Message, WorkerPool
 from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.samples import split_key
 from bulkfetch.sinks.directory import TMP_DIR, worker_tmp_name
-from bulkfetch.sources.base import unusable_name
+from bulkfetch.sources.base import listed_metadata, unusable_name
 
 ProgressCallback = Callable[[Progress], None]
 UPDATE_S = 0.1
@@ -296,7 +296,8 @@ class Coordinator:
             if not items:
                 self._page_done(PageReport(event.seq, 0, 0))
                 continue
-            pool.send(Page(event.seq, event.token, items))
+            pool.send(Page(event.seq, event.token, items,
+                           *listed_metadata(page, items)))
             self.pages_out += 1
 
     def _key_of(self, item: str) -> str:

@@ -69,6 +69,11 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
               metavar="P",
               help="Deny this share of file NAMES, every attempt alike, with 400, 401, 403, "
                    "404 or 410 (by name). Not part of the per-request rates' sum of at most 1.")
+@click.option("--stale-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              metavar="P",
+              help="With --s3: for this share of NAMES, listings state another ETag (half "
+                   "of them another Size too) than GETs serve, as if each object changed "
+                   "after it was listed. Not part of the per-request rates' sum.")
 @click.option("--huge-page", type=click.IntRange(min=1), default=None, metavar="N",
               help="The first list page holds the first N names (at most --files), streamed; "
                    "later pages hold --page-size names from there on.")
@@ -144,7 +149,7 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
           retry_after: int, latency: str | None, truncate_rate: float, corrupt_rate: float,
           reset_rate: float, stall_rate: float, trickle_rate: float, trickle_interval: float,
           overlong_rate: float, redirect_rate: float, redirect_to: str, encoding_rate: float,
-          deny_rate: float, huge_page: int | None, hostile_names: bool,
+          deny_rate: float, stale_rate: float, huge_page: int | None, hostile_names: bool,
           bad_pages: str | None, digest_header: bool, bandwidth: str | None,
           ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, s3: bool,
           s3_bucket: str, s3_credentials: str | None, s3_session_token: str | None,
@@ -188,6 +193,7 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
                 redirect_rate=redirect_rate,
                 encoding_rate=encoding_rate,
                 deny_rate=deny_rate,
+                stale_rate=stale_rate,
                 latency_ms=parse_latency(latency) if latency else (0.0, 0.0),
                 retry_after=retry_after,
                 trickle_interval=trickle_interval,

@@ -85,6 +85,7 @@ class FaultConfig:
     redirect_rate: float = 0.0
     encoding_rate: float = 0.0
     deny_rate: float = 0.0  # per name; not part of the per-attempt sum
+    stale_rate: float = 0.0  # per name: S3 listings state another version (stale())
     latency_ms: tuple[float, float] = (0.0, 0.0)
     retry_after: int = 0  # 0: "Retry-After: 0", which asks for no pause
     trickle_interval: float = 1.0
@@ -99,6 +100,8 @@ class FaultConfig:
             raise UsageError("the fault rates add up to more than 1")
         if not 0.0 <= self.deny_rate <= 1.0:
             raise UsageError(f"--deny-rate must be between 0 and 1, got {self.deny_rate}")
+        if not 0.0 <= self.stale_rate <= 1.0:
+            raise UsageError(f"--stale-rate must be between 0 and 1, got {self.stale_rate}")
         if self.retry_after < 0:
             raise UsageError("--retry-after must be >= 0 seconds")
         if not (math.isfinite(self.trickle_interval) and self.trickle_interval > 0):
@@ -125,7 +128,8 @@ class FaultConfig:
 
     @property
     def active(self) -> bool:
-        return any(self.rates()) or self.deny_rate > 0 or self.latency_ms[1] > 0
+        return any(self.rates()) or self.deny_rate > 0 or self.latency_ms[1] > 0 or \
+            self.stale_rate > 0
 
 
 def parse_latency(text: str, flag: str = "--latency") -> tuple[float, float]:
@@ -259,6 +263,19 @@ class FaultPlan:
             if redirect == "loop":
                 self._attempts.mark_looping(target)
         return Decision(fault, delay, bool(h[12] & 1), bool(h[12] & 2), redirect)
+
+    def stale(self, name: str) -> str | None:
+        """What an S3 listing misstates of the object `name`, as if it had changed after
+        being listed, from (seed, name) alone: "etag" (rewritten, same length), "size"
+        (size and ETag), or None."""
+        rate = self.config.stale_rate
+        if rate <= 0:
+            return None
+        h = hashlib.blake2b(f"{self._seed}/stale/{name}".encode("utf-8", "surrogatepass"),
+                            digest_size=16).digest()
+        if int.from_bytes(h[:8], "big") / 2**64 >= rate:
+            return None
+        return "size" if h[8] & 1 else "etag"
 
     def denied(self, name: bytes) -> int | None:
         """The permanent error status for file `name`, or None: from (seed, name) alone."""

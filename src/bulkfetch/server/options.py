@@ -94,6 +94,9 @@ class ServeOptions:
                                  "they do not apply with --s3")
         elif self.s3_credentials is not None:
             raise UsageError("--s3-credentials applies with --s3")
+        elif self.faults.stale_rate:
+            raise UsageError("--stale-rate misstates S3 listings: it applies with --s3 (the "
+                             "seed API lists no sizes or ETags)")
         if self.s3_session_token is not None and self.s3_credentials is None:
             raise UsageError("--s3-session-token goes with --s3-credentials (the temporary "
                              "access key and secret it belongs to)")

@@ -82,7 +82,9 @@ class S3App:
     def keys(self) -> tuple[Sequence[str], Contents]:
         """The sorted keys and what a listing says of each."""
         if self._keys is None:  # sorted on first use: a --root tree is walked once
-            self._keys = sorted_keys(self.app.dataset)
+            faults = self.app.faults
+            stale = faults.stale if faults is not None and faults.config.stale_rate else None
+            self._keys = sorted_keys(self.app.dataset, stale)
         return self._keys
 
     def handle(self, method: str, target: str, headers: dict[str, str]) -> Response:

@@ -39,6 +39,18 @@ BLOCK = 1000  # keys of a plain synthetic set rendered (and kept) together
 BLOCKS_KEPT = 1100  # blocks kept rendered: a million keys, ~200 MB
 
 
+# name -> what a listing misstates of it ("etag", "size") or None: serve --stale-rate
+Stale = Callable[[str], "str | None"]
+
+
+def misstated(size: int, etag: str, kind: str | None) -> tuple[int, str]:
+    """The size and ETag a listing states of an object that changed after it was listed
+    (`kind`: FaultPlan.stale()'s answer): another ETag, and for "size" another size."""
+    if kind is None:
+        return size, etag
+    return size + (kind == "size"), '"' + hashlib.md5(etag.encode()).hexdigest() + '"'
+
+
 def contents_element(key: str, size: int, etag: str, modified: int, url_encoded: bool) -> str:
     return (f"<Contents><Key>{_text(key, url_encoded)}</Key>"
             f"<LastModified>{_iso(modified)}</LastModified>"
@@ -53,8 +65,9 @@ class _FlatNames(Sequence[str]):
     hashing: benchmarks of clients list the same keys many times and must measure the
     client, not this server. (The names are plain: encoded or not, the text is the same.)"""
 
-    def __init__(self, dataset: SyntheticDataSet) -> None:
+    def __init__(self, dataset: SyntheticDataSet, stale: Stale | None = None) -> None:
         self.dataset = dataset
+        self.stale = stale
         self._blocks: OrderedDict[int, tuple[str, list[int]]] = OrderedDict()
 
     def contents(self, listed: Listed, url_encoded: bool) -> str:
@@ -76,7 +89,10 @@ class _FlatNames(Sequence[str]):
         dataset = self.dataset
         size = dataset.size(index)
         etag = f'"{hashlib.md5(dataset.chunk_body(index, size)).hexdigest()}"'
-        return contents_element(dataset.name(index), size, etag, dataset.last_modified, False)
+        name = dataset.name(index)
+        if self.stale is not None:
+            size, etag = misstated(size, etag, self.stale(name))
+        return contents_element(name, size, etag, dataset.last_modified, False)
 
     def _block(self, number: int) -> tuple[str, list[int]]:
         found = self._blocks.get(number)
@@ -104,11 +120,12 @@ class _FlatNames(Sequence[str]):
         return self.dataset.name(index)
 
 
-def sorted_keys(dataset: DataSet) -> tuple[Sequence[str], Contents]:
+def sorted_keys(dataset: DataSet, stale: Stale | None = None
+                ) -> tuple[Sequence[str], Contents]:
     """Every name of `dataset`, in S3 key order (code point order is UTF-8 byte order), and
-    what a listing says of each."""
+    what a listing says of each (misstated for the names `stale` picks)."""
     if isinstance(dataset, SyntheticDataSet) and not dataset.nested:
-        flat = _FlatNames(dataset)
+        flat = _FlatNames(dataset, stale)
         return flat, flat.contents
     names: list[str] = []
     cursor: bytes | None = None
@@ -123,8 +140,11 @@ def sorted_keys(dataset: DataSet) -> tuple[Sequence[str], Contents]:
         for key in listed.keys:
             entry = dataset.lookup(key)
             if entry is not None:  # else gone since the names were sorted (a --root file)
-                out.append(contents_element(key, entry.size, entry.etag(),
-                                            entry.last_modified, url_encoded))
+                size, etag = entry.size, entry.etag()
+                if stale is not None:
+                    size, etag = misstated(size, etag, stale(key))
+                out.append(contents_element(key, size, etag, entry.last_modified,
+                                            url_encoded))
         return "".join(out)
 
     return sorted(set(names)), contents

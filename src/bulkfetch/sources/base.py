@@ -21,7 +21,20 @@ class ListedPage:
     next_token: str | None
     total: int | None = None  # files in the whole listing, when the source says so
     sizes: tuple[int, ...] | None = None  # the items' sizes, when the listing says them
+    md5s: tuple[str, ...] | None = None  # the items' MD5s (hex, "" unknown), likewise
     plain: bool = False  # every item is a plain name (names.is_plain), as the source checked
+
+
+def listed_metadata(page: ListedPage, items: tuple[str, ...]
+                    ) -> tuple[tuple[int, ...] | None, tuple[str, ...] | None]:
+    """The sizes and MD5s `page` states for `items`, which are its own items or some of
+    them (a name listed twice is fetched once; a --retry-failed run fetches only the failed)."""
+    sizes, md5s = page.sizes, page.md5s
+    if items is page.items or (sizes is None and md5s is None):
+        return sizes, md5s
+    at = {item: index for index, item in enumerate(page.items)}
+    return (tuple(sizes[at[item]] for item in items) if sizes is not None else None,
+            tuple(md5s[at[item]] for item in items) if md5s is not None else None)
 
 
 def unusable_name(item: str) -> str:

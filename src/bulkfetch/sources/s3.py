@@ -107,10 +107,35 @@ _SIZE = re.compile(r"<Size>([0-9]{1,20})</Size>")
 _TRUNCATED = re.compile(r"<IsTruncated>\s*(true|false)\s*</IsTruncated>")
 _URL_ENCODED = "<EncodingType>url</EncodingType>"
 _KEY_COUNT = re.compile(r"<KeyCount>([0-9]{1,9})</KeyCount>")
+# An ETag's MD5 when it is one (32 hex digits, quotes escaped or not), "" when it is not (a
+# multipart upload's "<hex>-<parts>", an SSE-KMS object's): one group, read per key in C.
+_ETAG = re.compile(r'<ETag>(?:&quot;|&#34;|")?(?:([0-9a-fA-F]{32})(?:&quot;|&#34;|")?'
+                   r'</ETag>|[^<]*</ETag>)')
+_MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")
 
 
-def _plain_listing(body: bytes) -> tuple[list[str], list[int], bool, bool] | None:
-    """(keys as listed, sizes, more follow, keys URL-encoded) of a ListObjectsV2 answer in
+def listed_md5s(etags: list[str], count: int) -> list[str] | None:
+    """The MD5s (lower-case hex, "": none) of `count` keys whose ETags a listing gave, or
+    None when it did not give one per key."""
+    if len(etags) != count:
+        return None
+    joined = "".join(etags)
+    return etags if joined == joined.lower() else [etag.lower() for etag in etags]
+
+
+def md5_of_etag(etag: str) -> str:
+    """The MD5 an ETag's text states (quotes stripped), or ""."""
+    tag = etag.strip().strip('"')
+    return tag.lower() if _MD5_HEX.fullmatch(tag) else ""
+
+
+# What a ListObjectsV2 answer says: its keys as listed, their sizes, their MD5s (None: not
+# one ETag per key), whether more follow, and whether the keys are URL-encoded.
+Listing = tuple[list[str], list[int], list[str] | None, bool, bool]
+
+
+def _plain_listing(body: bytes) -> Listing | None:
+    """(keys as listed, sizes, MD5s, more follow, keys URL-encoded) of a ListObjectsV2 answer in
     the shape every store sends for encoding-type=url: ASCII, each <Contents> with one
     <Key> holding no entity and one <Size>. A fifth of a full XML parse's cost (this is
     what a listing spends its CPU on); None for anything else (CDATA, entities, a missing
@@ -136,7 +161,8 @@ def _plain_listing(body: bytes) -> tuple[list[str], list[int], bool, bool] | Non
     stated = _KEY_COUNT.search(text)
     if len(sizes) != count or (int(stated[1]) if stated else text.count("<Contents")) != count:
         return None
-    return keys, list(map(int, sizes)), truncated[1] == "true", True
+    return (keys, list(map(int, sizes)), listed_md5s(_ETAG.findall(text), count),
+            truncated[1] == "true", True)
 
 
 class S3Source:
@@ -216,7 +242,8 @@ class S3Source:
     def list_page(self, token: str | None) -> ListedPage:
         """The Source protocol's sequential listing: the token is the last key listed."""
         page = self.list_range(KeyRange(token, None))
-        return ListedPage(page.items, page.keys[-1] if page.more else None)
+        return ListedPage(page.items, page.keys[-1] if page.more else None,
+                          sizes=page.sizes, md5s=page.md5s)
 
     def list_range(self, span: KeyRange) -> RangePage:
         """The first page of the keys in `span` (full keys: the prefix included)."""
@@ -250,7 +277,7 @@ class S3Source:
             raise ListingError(f"{where}: HTTP {status}{named}",
                                retryable_status(status) or code in _RETRYABLE_CODES,
                                retry_after)
-        keys, sizes, truncated = self._keys(body, where)
+        keys, sizes, md5s, truncated = self._keys(body, where)
         if span.after is not None and keys and keys[0] <= span.after:
             raise ListingError(f"{where}: asked for keys after {span.after!r}, the store "
                                f"listed {keys[0]!r}", retryable=False)
@@ -258,8 +285,12 @@ class S3Source:
         if span.upto is not None and keys and keys[-1] > span.upto:
             keys = keys[:bisect.bisect_right(keys, span.upto)]
             more = False
-        items, item_sizes, plain = self._items(keys, sizes, where)
-        return RangePage(items, tuple(keys), more, item_sizes, plain)
+        if len(keys) < len(sizes):  # cut at span.upto: the sizes and MD5s with them
+            sizes = sizes[:len(keys)]
+            md5s = md5s[:len(keys)] if md5s is not None else None
+        items, item_sizes, item_md5s, plain = self._items(keys, sizes, md5s, where)
+        return RangePage(items, tuple(keys), more, sizes=item_sizes, md5s=item_md5s,
+                         plain=plain)
 
     def transfer_error(self, code: int, message: str, url: str) -> ListingError:
         """What a list request libcurl failed with (`url`: where it went) means."""
@@ -272,14 +303,15 @@ class S3Source:
         twin._handle = None
         return twin
 
-    def _keys(self, body: bytes, where: str) -> tuple[list[str], list[int], bool]:
-        """The keys of a ListObjectsV2 answer (decoded), their sizes, and whether more
-        follow."""
+    def _keys(self, body: bytes, where: str
+              ) -> tuple[list[str], list[int], list[str] | None, bool]:
+        """The keys of a ListObjectsV2 answer (decoded), their sizes, their MD5s, and
+        whether more follow."""
         found = _plain_listing(body)
         if found is not None:
-            raw, sizes, truncated, encoded = found
+            raw, sizes, md5s, truncated, encoded = found
         else:
-            raw, sizes, truncated, encoded = self._parsed_listing(body, where)
+            raw, sizes, md5s, truncated, encoded = self._parsed_listing(body, where)
         if truncated and not raw:
             raise ListingError(f"{where}: the store says more keys follow but listed none",
                                retryable=False)
@@ -290,11 +322,10 @@ class S3Source:
         if not all(map(operator.lt, keys, itertools.islice(keys, 1, None))):  # in C
             raise ListingError(f"{where}: the store listed keys out of order",
                                retryable=False)
-        return keys, sizes, truncated
+        return keys, sizes, md5s, truncated
 
     @staticmethod
-    def _parsed_listing(body: bytes, where: str
-                        ) -> tuple[list[str], list[int], bool, bool]:
+    def _parsed_listing(body: bytes, where: str) -> Listing:
         """What _plain_listing finds, by a full XML parse: any answer, 4 us a key."""
         try:
             root = ElementTree.fromstring(body)
@@ -306,30 +337,36 @@ class S3Source:
         encoded = truncated = False
         raw: list[str] = []
         sizes: list[int] = []
+        etags: list[str] = []
         for child in root:
             tag = _local(child.tag)
             if tag == "Contents":
-                key, size = None, -1
+                key, size, etag = None, -1, None
                 for field in child:
                     name = _local(field.tag)
                     if name == "Key":
                         key = field.text or ""
                     elif name == "Size" and (field.text or "").isdigit():
                         size = int(field.text or "")
+                    elif name == "ETag":
+                        etag = md5_of_etag(field.text or "")
                 if key is None:
                     raise ListingError(f"{where}: an object without a Key", retryable=False)
                 raw.append(key)
                 sizes.append(size)
+                if etag is not None:
+                    etags.append(etag)
             elif tag == "IsTruncated":
                 truncated = (child.text or "").strip() == "true"
             elif tag == "EncodingType":
                 encoded = (child.text or "").strip() == "url"
-        return raw, sizes, truncated, encoded
+        return raw, sizes, listed_md5s(etags, len(raw)), truncated, encoded
 
-    def _items(self, keys: list[str], sizes: list[int], where: str
-               ) -> tuple[tuple[str, ...], tuple[int, ...], bool]:
+    def _items(self, keys: list[str], sizes: list[int], md5s: list[str] | None, where: str
+               ) -> tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...] | None, bool]:
         """The items to fetch (names under the prefix, refused ones marked), their sizes
-        (-1: not listed), and whether every item is a plain name."""
+        (-1: not listed), their MD5s (None: not listed), and whether every item is a plain
+        name."""
         prefix, skip, taken = self.prefix, len(self.prefix), self.taken
         if taken is None and keys and keys[0].startswith(prefix) \
                 and keys[-1].startswith(prefix) and all_plain(keys):
@@ -337,10 +374,11 @@ class S3Source:
             # neither empty nor directory markers nor anything but ASCII: the common page.
             names = keys if not skip else [key[skip:] for key in keys]
             if all(names):
-                return tuple(names), tuple(sizes), True
+                return tuple(names), tuple(sizes), tuple(md5s) if md5s else None, True
         items: list[str] = []
         item_sizes: list[int] = []
-        for key, size in zip(keys, sizes, strict=False):
+        item_md5s: list[str] = []
+        for key, size, md5 in zip(keys, sizes, md5s or itertools.repeat(""), strict=False):
             if not key.startswith(prefix):
                 raise ListingError(f"{where}: the store listed {key!r}, which is not under "
                                    "the prefix asked for", retryable=False)
@@ -357,7 +395,9 @@ class S3Source:
             else:
                 items.append(name)
             item_sizes.append(size)
-        return tuple(items), tuple(item_sizes), False
+            item_md5s.append(md5)
+        return (tuple(items), tuple(item_sizes), tuple(item_md5s) if md5s else None,
+                False)
 
     def _get(self, url: str) -> tuple[int, list[bytes], bytes]:
         if self._handle is None:
