@@ -189,6 +189,10 @@ class TableSource:
             return [f"row {index}\0\0row {index}: {row}"]
         url = row[0].strip()
         name = self._name(index, url, row[1])
+        if "\0" in name or "\0" in url:  # NUL separates an item's parts: never in one
+            which = "name" if "\0" in name else "URL"
+            return [f"{name.replace(chr(0), '?') or f'row {index}'}\0\0row {index}: its "
+                    f"{which} holds a NUL character"]
         if not url:
             return [f"{name or f'row {index}'}\0\0row {index}: no URL in column "
                     f"{self.options.url_col!r}"]
@@ -273,6 +277,8 @@ class TableSource:
 
 def _url_problem(url: str) -> str | None:
     """Why a table's URL cannot be fetched, or None."""
+    if "\0" in url:  # libcurl takes none
+        return "a URL holding a NUL character"
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # e.g. "http://[::1/x"
