@@ -149,16 +149,20 @@ def test_bad_s3_urls(url: str, tmp_path: Path) -> None:
     assert proc.returncode == 2 and url in " ".join(proc.stderr.split()), proc.stderr
 
 
-def test_multipart_objects_checked_by_their_stored_checksum(moto, tmp_path: Path) -> None:
+@pytest.mark.parametrize("held", [False, True], ids=["spooled", "held in memory"])
+def test_multipart_objects_checked_by_their_stored_checksum(moto, tmp_path: Path,
+                                                            held: bool) -> None:
     pytest.importorskip("awscrt")  # CRC64NVME
     client = s3_client(moto)
-    data = os.urandom(11 << 20)  # 3 parts of 5 MiB (the last smaller): body is spooled
+    data = os.urandom(11 << 20)  # 3 parts of 5 MiB (the last smaller)
     put_multipart(client, "multipart", "full.bin", data, 5 << 20, "CRC64NVME")  # FULL_OBJECT
     put_multipart(client, "multipart", "composite.bin", data, 5 << 20, "SHA256")
     put_multipart(client, "multipart", "plain.bin", data, 5 << 20)
     put_objects(client, "multipart", {"single.txt": b"one part: an MD5 ETag"})
     dest, report_path = tmp_path / "dest", tmp_path / "r.json"
-    proc = run(moto, "s3://multipart", str(dest), "-w", "1", "--report", str(report_path))
+    # each body spooled (over --spool-above, 1 MiB), or all held in memory (under 32 MiB)
+    proc = run(moto, "s3://multipart", str(dest), "-w", "1", "--report", str(report_path),
+               *(["--spool-above", "32m"] if held else []))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert {name: hashlib.md5(body).hexdigest() for name, body in stored(dest).items()} == {
         "full.bin": hashlib.md5(data).hexdigest(),

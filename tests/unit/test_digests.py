@@ -197,3 +197,26 @@ def test_a_body_unlike_its_pin_fails_and_an_overlong_one_stops_at_the_pinned_siz
     assert long.write(BODY) is None
     assert long.write(b"x") == 0  # one byte past the pin stops the transfer
     assert "longer than" in str(long.error)
+
+
+def test_a_body_held_in_memory_is_checked_by_what_else_its_server_states() -> None:
+    from bulkfetch.engine.digests import BY_DIGEST, BY_MD5, BY_SIZE, held_body_mismatch
+    from bulkfetch.engine.digests import states_digest as states
+
+    md5 = hashlib.md5(BODY).hexdigest()
+    crc = b64(zlib.crc32(BODY).to_bytes(4, "big"))
+    multipart = lines('ETag: "0123456789abcdef0123456789abcdef-3"',
+                      f"x-amz-checksum-crc32: {crc}", "x-amz-checksum-type: FULL_OBJECT")
+    assert states(multipart) and held_body_mismatch(multipart, BODY, md5) == (None, BY_DIGEST)
+    reason, way = held_body_mismatch(multipart, BODY[:-1] + b"!", md5)
+    assert reason == "CRC32 of the body does not match the server's checksum" and \
+        way == BY_DIGEST
+    sha = lines(f"Repr-Digest: sha-256=:{b64(hashlib.sha256(BODY).digest())}:")
+    assert states(sha) and held_body_mismatch(sha, BODY, md5) == (None, BY_DIGEST)
+    assert "SHA256 of the body" in str(held_body_mismatch(sha, b"other", md5)[0])
+    by_md5 = lines(f"Digest: md5={b64(hashlib.md5(BODY).digest())}")
+    assert held_body_mismatch(by_md5, BODY, md5) == (None, BY_MD5)
+    assert "MD5 of the body" in str(held_body_mismatch(by_md5, BODY, "0" * 32)[0])
+    composite = lines(f"x-amz-checksum-crc32: {crc}-3", "x-amz-checksum-type: COMPOSITE")
+    assert held_body_mismatch(composite, b"anything", md5) == (None, BY_SIZE)
+    assert not states(lines('ETag: "1234-5678"', "Content-Length: 10"))  # nginx: size only

@@ -128,6 +128,29 @@ def mismatch(stated: dict[str, bytes], md5: Any, other: Any, what: str,
     return None
 
 
+def states_digest(lines: list[bytes]) -> bool:
+    """Whether the raw header lines may state a digest other than an ETag or Content-MD5
+    (Repr-Digest, Digest, x-amz-checksum-*): a look before held_body_mismatch()'s parse."""
+    lowered = b"".join(lines).lower()
+    return b"digest:" in lowered or b"\nx-amz-checksum-" in lowered
+
+
+def held_body_mismatch(lines: list[bytes], body: bytes, md5_hex: str) -> tuple[str | None, int]:
+    """For a body held in memory whose server stated no MD5 ETag or Content-MD5: why it is
+    not what the final response's other digests state (an S3 object uploaded in parts: its
+    x-amz-checksum-*; Repr-Digest), or None; and how it was checked (BY_...)."""
+    stated = stated_digests(final_headers(lines))
+    expected = stated.pop("md5", None)
+    if expected is not None and expected.hex() != md5_hex:
+        return "MD5 of the body does not match the server's Repr-Digest/Digest", BY_MD5
+    other = strongest(stated)
+    hasher = new_hasher(other[0]) if other is not None else None
+    if hasher is not None:
+        hasher.update(body)
+        return mismatch(stated, None, hasher, "the body"), BY_DIGEST
+    return None, BY_MD5 if expected is not None else BY_SIZE
+
+
 class NoMd5:
     """In place of an MD5 nobody will check: a pinned body's (its pinned digest is the
     check; MD5 at ~600 MB/s would cost more CPU than the SHA-256 it stands beside). Its

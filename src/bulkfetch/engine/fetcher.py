@@ -34,7 +34,15 @@ from bulkfetch.engine.curl import (
     retryable_status,
     tls_failure,
 )
-from bulkfetch.engine.digests import BY_DIGEST, BY_MD5, BY_SIZE, LISTING, Pinned
+from bulkfetch.engine.digests import (
+    BY_DIGEST,
+    BY_MD5,
+    BY_SIZE,
+    LISTING,
+    Pinned,
+    held_body_mismatch,
+    states_digest,
+)
 from bulkfetch.engine.hosts import HostGate, host_label
 from bulkfetch.models import (
     LATENCY_BUCKETS,
@@ -475,10 +483,12 @@ class Fetcher:
                     reason = None
                 else:
                     expected = stated_md5(lines)
-                    if expected is None:  # nothing stated (a multipart S3 ETag, nginx's)
-                        way = BY_SIZE
                     reason = self._short(handle, body) or (
                         _MD5_MISMATCH if expected is not None and expected != digest else None)
+                    if expected is None:  # no MD5 stated (a multipart S3 ETag, nginx's)
+                        way = BY_SIZE
+                        if reason is None and states_digest(lines):
+                            reason, way = held_body_mismatch(lines, body, digest)
             else:
                 way = BY_SIZE
                 reason = self._short(handle, body)
