@@ -379,6 +379,15 @@ def test_retry_after_may_be_absurd() -> None:
     assert retry_after_value(10**30, False) == str(10**30)
 
 
+def test_retry_after_zero_as_a_date_is_now_not_the_next_second() -> None:
+    # a date ahead would have a polite client hold the whole host at every 503
+    for _ in range(3):
+        when = parsedate_to_datetime(retry_after_value(0, True)).timestamp()
+        assert when <= time.time()
+        later = parsedate_to_datetime(retry_after_value(2, True)).timestamp()
+        assert time.time() + 1 < later <= time.time() + 3
+
+
 def test_redirect_locations() -> None:
     def first_location(kinds: tuple[str, ...], target: str,
                        headers: dict[str, str] | None = None) -> Response:

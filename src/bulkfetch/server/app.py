@@ -64,10 +64,14 @@ def http_date(epoch: float) -> str:
 
 def retry_after_value(seconds: int, date_form: bool) -> str:
     """Retry-After in seconds, or as the HTTP-date that many seconds ahead (capped at the
-    last date with a four-digit year, so an absurd --retry-after still gives a valid date)."""
+    last date with a four-digit year, so an absurd --retry-after still gives a valid date).
+    A date has whole seconds: "in 0 seconds" is this second's date, not the next one's,
+    which would ask a polite client to hold the host for up to a second at every fault."""
     if not date_form:
         return str(seconds)
-    return http_date(min(math.ceil(time.time()) + seconds, LATEST_HTTP_DATE))
+    now = time.time()
+    return http_date(min(math.ceil(now) + seconds if seconds else math.floor(now),
+                         LATEST_HTTP_DATE))
 
 
 @functools.cache
