@@ -116,6 +116,17 @@ def assert_nothing_temporary(harness: SinkHarness, written: set[str]) -> None:
 
 
 # -- bodies in, bodies out ----------------------------------------------------------------------
+
+def close_and_check(harness: SinkHarness, sink: Sink, releases: Releases,
+                    stored: dict[str, bytes]) -> None:
+    """The end of a clean run: every page released once, the sink closed, exactly `stored`
+    readable, nothing temporary left."""
+    releases.flush(sink)
+    releases.assert_all_released()
+    harness.close(sink)
+    assert_stored_exactly(harness, stored)
+    assert_nothing_temporary(harness, set(stored))
+
 def test_a_page_of_small_bodies_reads_back_byte_exact_and_is_released_once(
         harness: SinkHarness) -> None:
     sink = harness.open()
@@ -124,11 +135,7 @@ def test_a_page_of_small_bodies_reads_back_byte_exact_and_is_released_once(
     bodies = bodies_for(names, seed=1)
     # transfers end in any order: the last listed first
     write_page(sink, releases, 1, bodies, order=list(reversed(names)))
-    releases.flush(sink)
-    releases.assert_all_released()
-    harness.close(sink)
-    assert_stored_exactly(harness, bodies)
-    assert_nothing_temporary(harness, set(bodies))
+    close_and_check(harness, sink, releases, bodies)
 
 
 def test_many_pages_are_each_released_once_and_only_when_their_files_read_back(
@@ -148,11 +155,7 @@ def test_many_pages_are_each_released_once_and_only_when_their_files_read_back(
     releases.end(sink, 9, {}, failed=["lost/a", "lost/b"])
     sink.begin_page(10, [])
     releases.end(sink, 10, {})
-    releases.flush(sink)
-    releases.assert_all_released()
-    harness.close(sink)
-    assert_stored_exactly(harness, everything)
-    assert_nothing_temporary(harness, set(everything))
+    close_and_check(harness, sink, releases, everything)
 
 
 def test_a_skipped_name_is_not_stored_and_the_rest_of_its_page_is(
@@ -193,11 +196,7 @@ def test_a_big_body_streamed_through_a_spool_lands_byte_exact(harness: SinkHarne
     write("small/one", small["small/one"], md5(small["small/one"]))
     sink.store_spool(1, "big/file.bin", spool, len(big), md5(big))
     releases.end(sink, 1, {"big/file.bin": big, **small})
-    releases.flush(sink)
-    releases.assert_all_released()
-    harness.close(sink)
-    assert_stored_exactly(harness, {"big/file.bin": big, **small})
-    assert_nothing_temporary(harness, {"big/file.bin", *small})
+    close_and_check(harness, sink, releases, {"big/file.bin": big, **small})
 
 
 def test_a_discarded_spool_leaves_nothing_behind(harness: SinkHarness) -> None:
@@ -212,11 +211,7 @@ def test_a_discarded_spool_leaves_nothing_behind(harness: SinkHarness) -> None:
     sink.skip(1, "abandoned.bin")
     write("kept", kept["kept"], md5(kept["kept"]))
     releases.end(sink, 1, kept, failed=["abandoned.bin"])
-    releases.flush(sink)
-    releases.assert_all_released()
-    harness.close(sink)
-    assert_stored_exactly(harness, kept)
-    assert_nothing_temporary(harness, set(kept))
+    close_and_check(harness, sink, releases, kept)
 
 
 def test_a_partial_file_is_kept_for_the_next_sink_and_stores_like_a_spool(
@@ -248,11 +243,7 @@ def test_a_partial_file_is_kept_for_the_next_sink_and_stores_like_a_spool(
     resumed.write_at(body[:half], 0)
     second.store_spool(1, name, resumed, len(body), md5(body))
     releases.end(second, 1, {name: body})
-    releases.flush(second)
-    releases.assert_all_released()
-    harness.close(second)
-    assert_stored_exactly(harness, {name: body})
-    assert_nothing_temporary(harness, {name})
+    close_and_check(harness, second, releases, {name: body})
 
 
 # -- names --------------------------------------------------------------------------------------
