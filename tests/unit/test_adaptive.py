@@ -154,3 +154,59 @@ def test_a_server_capped_at_200_in_flight_is_used_near_its_cap() -> None:
     assert refused / (served + refused) < 0.02
     probes = sum(1 for before, after in itertools.pairwise(limits) if after < before)
     assert probes <= 12, probes
+
+
+def test_a_pause_asked_for_backs_off_however_few_answers_ask_it() -> None:
+    """Near a cap only a handful of answers are refused, under CONGESTED_SHARE, yet each
+    one's Retry-After pauses the whole host: the limit must come down, not creep on. The
+    same share refused without Retry-After (random faults) leaves it where it is."""
+    def run(told_to_wait: bool) -> int:
+        clock = Clock()
+        controller = Controller(100, 4096, clock=clock)
+        controller.slow_start = False
+        for _ in range(200):  # 2 s: 100 in flight, 20 ms answers, one refusal a step
+            controller.in_flight(100)
+            controller.completed(50, 50 * 0.02)
+            controller.congested(1, told_to_wait=told_to_wait)  # 2% of 51 answers: under
+            clock.now += 0.01
+            if controller.due(clock.now):
+                controller.decide(clock.now)
+        return controller.limit
+
+    assert run(told_to_wait=True) < 80
+    assert run(told_to_wait=False) >= 100
+
+
+def test_the_cap_found_by_creeping_is_backed_off_from_gently_and_probed_seldom() -> None:
+    """Two workers share a server capped at 200 in flight; each refusal pauses the refused
+    worker's host for a second (Retry-After: 1). Against a fixed 90 + 90, the controllers
+    must lose little to those pauses: few probes above the cap, a plateau near it."""
+    clock = Clock()
+    controllers = [Controller(64, 4096, clock=clock) for _ in range(2)]
+    paused_until = [0.0, 0.0]
+    served = 0.0
+    limits: list[list[int]] = [[], []]
+    for _ in range(int(120 / 0.01)):
+        flights = [0 if clock.now < paused_until[i] else c.limit
+                   for i, c in enumerate(controllers)]
+        refused_share = max(0.0, 1 - 200 / sum(flights)) if sum(flights) else 0.0
+        for i, controller in enumerate(controllers):
+            if not flights[i]:
+                continue
+            answers = flights[i] / 0.02 * 0.01
+            done = answers * (1 - refused_share)
+            served += done
+            controller.in_flight(flights[i])
+            controller.completed(int(done), int(done) * 0.02)
+            if refused_share:
+                controller.congested(max(1, int(answers * refused_share)), True)
+                paused_until[i] = clock.now + 1.0
+        clock.now += 0.01
+        for i, controller in enumerate(controllers):
+            if controller.due(clock.now):
+                controller.decide(clock.now)
+            limits[i].append(controller.limit)
+    fixed = 180 / 0.02 * 120  # 90 + 90 in flight for the whole run
+    assert served >= 0.9 * fixed, served / fixed
+    late = [a + b for a, b in zip(limits[0][-6000:], limits[1][-6000:], strict=True)]
+    assert 180 <= sum(late) / len(late) <= 205

@@ -12,12 +12,16 @@ watches what the worker gets for the transfers it keeps in flight and moves the 
   while the limit is used; after REPROBE_S without congestion, slow start again from
   there (the server or the path may take more now);
 - congestion (429, 503, timeouts, refused connections: more than CONGESTED_SHARE of an
-  interval's answers) multiplies the limit by BACK_OFF at once, at most once an interval,
-  and ends slow start. Each such answer's Retry-After also pauses the host (hosts.py), so
-  a slow creep toward a server's cap costs less than probing it often: the limit where
-  congestion began is remembered (TCP CUBIC's W_max), the creep slows to +1 every
-  NEAR_CAP_S within NEAR of it, and congestion met there again backs off by NEAR_BACK_OFF
-  only (the cap is where it was; the first back-off found how far below it to go).
+  interval's answers, or any one that asked for a pause) multiplies the limit by BACK_OFF
+  at once, at most once an interval, and ends slow start. Each answer's Retry-After
+  pauses the whole host (hosts.py): near a server's cap only a few answers are refused,
+  far under the share, yet each costs a pause, so an answer asking for one is congestion
+  on its own. And a slow creep toward a cap costs less than probing it often: the limit
+  where congestion began is remembered (TCP CUBIC's W_max), the creep slows to +1 every
+  NEAR_CAP_S within NEAR of it, and congestion met while creeping or near it backs off by
+  NEAR_BACK_OFF only (that limit is the cap; BACK_OFF is for slow start's overshoot).
+  Past REPROBE_S near a cap, the reprobe creeps on at the pace far from one instead of
+  doubling into it.
 
 An interval lasts at least MIN_INTERVAL_S and two mean latencies, so each judgement sees
 the limit it is judging. The limit only grows while the worker actually used it (enough
@@ -45,7 +49,7 @@ MAX_INTERVAL_S = 3.0
 CONGESTED_SHARE = 0.02
 MIN_COMPLETIONS = 16  # fewer in an interval say nothing yet (unless it is MAX_INTERVAL_S old)
 NEAR = 0.9  # within this share of the limit where congestion began: near the server's cap
-NEAR_CAP_S = 1.0  # near it, the creep adds one transfer at most this often
+NEAR_CAP_S = 3.0  # near it, the creep adds one transfer at most this often
 NEAR_BACK_OFF = 0.9  # congestion met near the remembered cap: the limit times this
 
 
@@ -62,6 +66,7 @@ class Controller:
         self.paid_limit = self.limit  # the last limit whose doubling raised files/s
         self.steady_since = clock()
         self.cap = 0  # the limit at which congestion last began (0: none seen)
+        self.backed_off_to = self.ceiling  # the limit the last back-off set
         self.crept = -math.inf  # when the creep last added near the cap
         self._reset(clock())
 
@@ -70,6 +75,7 @@ class Controller:
         self.completions = 0
         self.latency_sum = 0.0
         self.congestion = 0
+        self.told_to_wait = False  # an answer of this interval asked for a pause
         self.busiest = 0  # most transfers in flight seen this interval
 
     # -- what the fetcher tells it ------------------------------------------------------
@@ -78,9 +84,12 @@ class Controller:
         self.completions += count
         self.latency_sum += latency_sum
 
-    def congested(self, count: int = 1) -> None:
-        """A 429 or 503, a timeout or a refused connection: the server wants less."""
+    def congested(self, count: int = 1, told_to_wait: bool = False) -> None:
+        """A 429 or 503, a timeout or a refused connection: the server wants less.
+        `told_to_wait`: the answer asked for a pause (Retry-After), which the host takes
+        whatever share of the answers said so: that interval is congested."""
         self.congestion += count
+        self.told_to_wait = self.told_to_wait or told_to_wait
 
     def in_flight(self, count: int) -> None:
         if count > self.busiest:
@@ -96,7 +105,8 @@ class Controller:
         return elapsed >= 2 * self.latency_sum / self.completions
 
     def _congested(self) -> bool:
-        return self.congestion > CONGESTED_SHARE * (self.completions + self.congestion)
+        return self.told_to_wait or \
+            self.congestion > CONGESTED_SHARE * (self.completions + self.congestion)
 
     def decide(self, now: float) -> int:
         """The new limit, from the interval that ends now."""
@@ -106,9 +116,13 @@ class Controller:
         used = self.busiest >= self.limit * 0.9
         new = self.limit
         if self._congested():
-            near = self.cap and self.limit >= self.cap * NEAR
-            new = max(self.floor, int(self.limit * (NEAR_BACK_OFF if near else BACK_OFF)))
+            # Slow start overshoots (it doubled past the cap): back off hard. Congestion met
+            # while creeping, or near where it began before, is the cap itself: gently.
+            gentle = not self.slow_start and (
+                self.limit > self.backed_off_to or (self.cap and self.limit >= self.cap * NEAR))
+            new = max(self.floor, int(self.limit * (NEAR_BACK_OFF if gentle else BACK_OFF)))
             self.cap = self.limit
+            self.backed_off_to = new
             self.slow_start = False
             self.steady_since = now
         elif self.completions:
@@ -131,11 +145,18 @@ class Controller:
                     new = self.limit + 1
                     self.crept = now
             elif used and now - self.steady_since >= REPROBE_S:
-                # the server or the path may take more now: measure again
-                self.slow_start = True
-                self.paid_limit = self.limit
-                self.floor_latency = latency
-                new = self.limit * 2
+                # the server or the path may take more now: measure again; near a cap it
+                # found, by creeping at the pace far from one (doubling there would send a
+                # burst the cap refuses, each refusal pausing the host)
+                self.steady_since = now
+                if self.cap and self.limit >= self.cap * NEAR:
+                    self.cap = 0
+                    new = self.limit + max(1, self.limit // 64)
+                else:
+                    self.slow_start = True
+                    self.paid_limit = self.limit
+                    self.floor_latency = latency
+                    new = self.limit * 2
         self.last_rate = rate
         self.limit = min(max(new, self.floor), self.ceiling)
         self._reset(now)

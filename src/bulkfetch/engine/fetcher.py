@@ -533,8 +533,8 @@ class Fetcher:
             reason = f"HTTP {status}" + error_code(chunks)
             if status in (429, 503):
                 retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
-                if self.controller is not None:
-                    self.controller.congested()
+                if self.controller is not None:  # a pause asked for pauses the host: less
+                    self.controller.congested(told_to_wait=bool(retry_after))
         chunks.clear()
         lines.clear()
         self.free.append(handle)
