@@ -39,7 +39,7 @@ def build_options(
     *,
     from_file: bool = False,
     workers: int | None = None,
-    concurrency: int | str = 64,
+    concurrency: int | str = "auto",
     max_concurrency: int = 4096,
     per_host: int = 0,
     max_rps: float = 0.0,

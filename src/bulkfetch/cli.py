@@ -137,10 +137,11 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="With --runner ray: the cluster to join (auto: the one `ray start` "
                    "began on this machine). [default: RAY_ADDRESS, else a Ray started for "
                    "this run]")
-@click.option("-c", "--concurrency", default="64", show_default=True, metavar="N|auto",
+@click.option("-c", "--concurrency", default="auto", show_default=True, metavar="N|auto",
               help="Transfers in flight per worker. auto: start at 64 and measure: double "
-                   "while files/s rises, then follow latency; halve on 429, 503, timeouts "
-                   "and refused connections (up to --max-concurrency).")
+                   "while files/s rises, then follow latency; back off on 429, 503 (at once "
+                   "when they ask for a pause), timeouts and refused connections (up to "
+                   "--max-concurrency). A number fixes it.")
 @click.option("--max-concurrency", type=click.IntRange(min=1), default=4096,
               show_default=True,
               help="With --concurrency auto: at most this many per worker (and no more than "
