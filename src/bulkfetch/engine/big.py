@@ -26,7 +26,7 @@ from bulkfetch.engine.curl import (
     retry_after_seconds,
     retryable_status,
 )
-from bulkfetch.engine.digests import BY_SIZE, LISTING, checked_way
+from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.models import InFlight
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
@@ -85,12 +85,10 @@ class BigFiles:
         """The in-memory attempt at `transfer` stopped at --spool-above; `lines` are its
         response's headers."""
         plan = split_plan(lines)
-        pinned = self.fetcher.pin_of(transfer[1])
+        pinned = self.fetcher.pin_of(transfer)
         if pinned is not None and plan is not None:
             wrong = pinned.contradicts(plan.total, plan.stated)
             if wrong is not None:  # the wrong file, a lie, or changed: not worth a byte
-                if pinned.vouched_by == LISTING:
-                    wrong = f"changed since it was listed: {wrong}"
                 self.fetcher._fail(transfer[0], transfer[1], wrong, transfer[3], transfer[2])
                 return
             plan = plan.pin(pinned)
@@ -131,7 +129,7 @@ class BigFiles:
             spool.discard()
             return False
         stated = {algorithm: bytes.fromhex(value) for algorithm, value in record.digests}
-        pinned = self.fetcher.pin_of(name)
+        pinned = self.fetcher.pin_of(transfer)
         if pinned is not None and pinned.contradicts(record.total, stated) is not None:
             spool.discard()  # another file than the one listed now: start it over
             return False
@@ -204,7 +202,7 @@ class BigFiles:
             return
         handle = fetcher.free.pop()
         body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1],
-                                    pinned=fetcher.pin_of(transfer[1]))
+                                    pinned=fetcher.pin_of(transfer))
         spooling.prepare(handle, body.write)
         if fetcher.sign is not None:
             handle.setopt(pycurl.HTTPHEADER, fetcher.sign(transfer[2]))

@@ -128,10 +128,10 @@ def mismatch(stated: dict[str, bytes], md5: Any, other: Any, what: str,
     return None
 
 
-def states_digest(lines: list[bytes]) -> bool:
-    """Whether the raw header lines may state a digest other than an ETag or Content-MD5
-    (Repr-Digest, Digest, x-amz-checksum-*): a look before held_body_mismatch()'s parse."""
-    lowered = b"".join(lines).lower()
+def states_digest(lowered: bytes) -> bool:
+    """Whether the raw header lines (joined, lower-cased) may state a digest other than an
+    ETag or Content-MD5 (Repr-Digest, Digest, x-amz-checksum-*): a look before
+    held_body_mismatch()'s parse."""
     return b"digest:" in lowered or b"\nx-amz-checksum-" in lowered
 
 
@@ -191,10 +191,11 @@ class Pinned:
     def contradicts(self, total: int, response: dict[str, bytes]) -> str | None:
         """Why a response of `total` bytes stating `response` is not the pinned file (a lie,
         or an object that changed since it was listed), before its body is read, or None."""
+        changed = "changed since it was listed: " if self.vouched_by == LISTING else ""
         if total != self.size:
-            return f"Content-Length {total}, {self.vouched_by} gives {self.size}"
+            return f"{changed}Content-Length {total}, {self.vouched_by} gives {self.size}"
         if self.algorithm and response.get(self.algorithm, self.digest) != self.digest:
-            return f"the server states another {self.algorithm.upper()} than " \
+            return f"{changed}the server states another {self.algorithm.upper()} than " \
                 f"{self.vouched_by} gives"
         return None
 

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Any
 
 import pycurl
 
@@ -74,6 +75,9 @@ class _PageState:
     write: Writer
     bytes: int = 0
     failures: list[Failure] = field(default_factory=list)
+    # What the listing stated of the page's items (S3: Size and ETag), by item: (size, hex
+    # MD5 or ""); None when it stated nothing. A body unlike it is another version.
+    listed: dict[str, tuple[int, str]] | None = None
 
     @property
     def ok(self) -> int:
@@ -115,15 +119,17 @@ def expected_md5(etag: str | None, content_md5: str | None) -> str | None:
     return None
 
 
-def stated_md5(lines: list[bytes]) -> str | None:
+def stated_md5(lines: list[bytes], lowered: bytes | None = None) -> str | None:
     """expected_md5() of the raw header lines (the last ETag or Content-MD5 wins).
 
     Every file from a server whose ETag is not an MD5 (nginx's "mtime-size", a multipart S3
     ETag) comes here, so the usual case, an ETag and no Content-MD5, is read straight from
     the lowered block: 11,246 against 17,252 instructions through header_values() for
     nginx's ten header lines (callgrind, marginal per call). A weak tag, W/"...", keeps its
-    "w/" through the strip and so is never taken for 32 digits."""
-    lowered = b"".join(lines).lower()
+    "w/" through the strip and so is never taken for 32 digits. `lowered`: the lines
+    joined and lower-cased, when the caller has them."""
+    if lowered is None:
+        lowered = b"".join(lines).lower()
     if b"\ncontent-md5:" in lowered:
         return expected_md5(*header_values(lines, b"etag", b"content-md5"))
     at = lowered.rfind(b"\netag:")
@@ -180,9 +186,6 @@ class Fetcher:
         # A source that vouches for its files' sizes and digests itself (a registry's blobs,
         # from their manifests): name -> digests.Pinned, checked in place of the server's.
         self.pinned: Callable[[str], Pinned | None] | None = getattr(source, "pinned", None)
-        # What the listing stated of the items of the pages in hand (S3: Size and ETag):
-        # item -> (size, hex MD5 or ""). A body unlike it is another version of the object.
-        self.listed: dict[str, tuple[int, str]] = {}
         # A source whose credentials expire (a registry's bearer token): url -> whether a
         # 401 there is worth another attempt with renewed credentials.
         self.reauthorize: Callable[[str], bool] | None = getattr(source, "reauthorize", None)
@@ -271,11 +274,6 @@ class Fetcher:
         return self.pages_held == 0
 
     def add_page(self, page: Page) -> None:
-        sizes, md5s = page.sizes, page.md5s
-        if sizes is not None and len(sizes) == len(page.names) and (
-                md5s is None or len(md5s) == len(sizes)):
-            self.listed.update(zip(page.names, zip(sizes, md5s or ("",) * len(sizes),
-                                                   strict=True), strict=True))
         urls = self.source.plain_urls(page.names)
         if urls is not None:  # every name is plain: no per-name check, tuples built in C
             self._add_plain(page, urls)
@@ -326,6 +324,11 @@ class Fetcher:
 
     def _begin(self, page: Page, names: Sequence[str]) -> _PageState:
         state = _PageState(page, len(page.names), self.sink.begin_page(page.seq, names))
+        sizes, md5s = page.sizes, page.md5s
+        if sizes is not None and len(sizes) == len(page.names) and (
+                md5s is None or len(md5s) == len(sizes)):
+            state.listed = dict(zip(page.names, zip(sizes, md5s or ("",) * len(sizes),
+                                                    strict=True), strict=True))
         self.pages_held += 1
         self.live.add(state)
         return state
@@ -482,12 +485,13 @@ class Fetcher:
                 if b'ETag: "' + digest.encode() + b'"\r\n' in lines:  # + beats %: 150 ns
                     reason = None
                 else:
-                    expected = stated_md5(lines)
+                    lowered = b"".join(lines).lower()
+                    expected = stated_md5(lines, lowered)
                     reason = self._short(handle, body) or (
                         _MD5_MISMATCH if expected is not None and expected != digest else None)
                     if expected is None:  # no MD5 stated (a multipart S3 ETag, nginx's)
                         way = BY_SIZE
-                        if reason is None and states_digest(lines):
+                        if reason is None and states_digest(lowered):
                             reason, way = held_body_mismatch(lines, body, digest)
             else:
                 way = BY_SIZE
@@ -499,8 +503,8 @@ class Fetcher:
                 pinned = self.pinned(transfer[1])
                 if pinned is not None:
                     reason, way = pinned.mismatch(body), BY_DIGEST
-            if self.listed and reason is None:
-                listed = self.listed.get(transfer[1])
+            if transfer[0].listed is not None and reason is None:
+                listed = transfer[0].listed.get(transfer[1])
                 if listed is not None:
                     changed = unlike_listing(listed, body, digest)
                     if changed is not None:  # a whole answer, for another version: final
@@ -549,14 +553,15 @@ class Fetcher:
         return FatalTransferError(
             f"fetching {name!r}: {tls_failure(code, message, url, self.options.tls)}")
 
-    def pin_of(self, name: str) -> Pinned | None:
-        """What the source vouches for of the file `name`: its own pin (a registry blob's
-        descriptor), else the listing's size and MD5, else None."""
+    def pin_of(self, transfer: tuple[Any, ...]) -> Pinned | None:
+        """What the source vouches for of the file `transfer` fetches: its own pin (a
+        registry blob's descriptor), else its page's listed size and MD5, else None."""
+        state, name = transfer[0], transfer[1]
         if self.pinned is not None:
             pinned = self.pinned(name)
             if pinned is not None:
                 return pinned
-        listed = self.listed.get(name) if self.listed else None
+        listed = state.listed.get(name) if state.listed is not None else None
         if listed is None or listed[0] < 0:
             return None
         size, md5 = listed
@@ -612,9 +617,6 @@ class Fetcher:
 
     def _page_finished(self, state: _PageState) -> None:
         self.live.discard(state)
-        if state.page.sizes is not None:
-            for item in state.page.names:
-                self.listed.pop(item, None)
         ok = state.ok
         self.files_ok += ok
         self.bytes += state.bytes

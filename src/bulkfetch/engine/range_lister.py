@@ -330,10 +330,11 @@ class RangeLister(ListerThread):
         token = carry.encode(ranges.token(span), work.carried)
         following = (KeyRange(page.keys[-1], span.upto) if more else span)
         next_range_token = ranges.token(following) if more else ranges.end_token(span)
+        # what the store says of each item goes with it while the items are the page's own
+        own = not work.carried and self.key_of is None
         listed = Listed(state.seq, token, ListedPage(
             work.carried + page.items, next_range_token,
-            sizes=None if work.carried or self.key_of else page.sizes,
-            md5s=None if work.carried or self.key_of else page.md5s,
+            sizes=page.sizes if own else None, md5s=page.md5s if own else None,
             plain=page.plain and not work.carried))
         state.seq += 1
         work.span, work.carried = following, ()
