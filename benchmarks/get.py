@@ -2,6 +2,7 @@
 reference loops, in one run:
 
     python benchmarks/get.py [--files 200000] [--repeat 3] [--paired-rounds N] [--export-dir DIR]
+                               [-c N|auto]
 
 nginx serves a static export of the data set, pinned to core 0; every client row runs pinned
 to core 1 with one bulkfetch worker. Rows: a bare pycurl multi loop (bodies in memory), a
@@ -162,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="reuse (or create) the nginx export here")
     parser.add_argument("--no-asyncio", action="store_true", help="skip the aiohttp rows")
     parser.add_argument("--no-dir", action="store_true", help="skip the directory rows")
+    parser.add_argument("--concurrency", "-c", default=None, metavar="N|auto",
+                        help="passed to every bulkfetch row (default: the CLI's default)")
     args = parser.parse_args(argv)
     # A TERM (kill, a CI timeout) unwinds like Ctrl-C: nginx stopped, mounts and files removed
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -183,14 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     base, n = nginx.url, args.files
     client = place.client
     bulkfetch = [*client, *bulkfetch_command()]
+    fixed = ["-c", args.concurrency] if args.concurrency else []
     baselines = [*client, sys.executable, str(HERE / "baselines.py")]
     plan = [
         ("bare pycurl loop (memory)", [*baselines, "pycurl", base, str(n)], "count"),
         ("bulkfetch null, 1 worker", [*bulkfetch, "get", base, str(work / "dn"), "--workers",
-                                      "1", "--sink", "null", "-q", "--report",
+                                      "1", "--sink", "null", "-q", *fixed, "--report",
                                       str(work / "rn.json")], "report"),
         ("bulkfetch tar, 1 worker", [*bulkfetch, "get", base, str(work / "dt"), "--workers",
-                                     "1", "--sink", "tar", "-q", "--report",
+                                     "1", "--sink", "tar", "-q", *fixed, "--report",
                                      str(work / "rt.json")], "tar"),
     ]
     if not args.no_dir:
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         plan.insert(3, (BARE_BESIDE, plan[0][1], "count"))
         plan.append(("bulkfetch dir, 1 worker", [*bulkfetch, "get", base,
                                                  str(work / "fs-d" / "dd"),
-                                                 "--workers", "1", "-q", "--report",
+                                                 "--workers", "1", "-q", *fixed, "--report",
                                                  str(work / "rd.json")], "dir"))
     if not args.no_asyncio and not args.no_dir:
         plan += [
