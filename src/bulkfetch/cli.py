@@ -141,7 +141,8 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="Transfers in flight per worker. auto: start at 64 and measure: double "
                    "while files/s rises, then follow latency; back off on 429, 503 (at once "
                    "when they ask for a pause), timeouts and refused connections (up to "
-                   "--max-concurrency). A number fixes it.")
+                   "--max-concurrency). Over several hosts each host has its own limit, so "
+                   "one host's pushback slows only that host. A number fixes it.")
 @click.option("--max-concurrency", type=click.IntRange(min=1), default=4096,
               show_default=True,
               help="With --concurrency auto: at most this many per worker (and no more than "

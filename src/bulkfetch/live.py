@@ -84,6 +84,8 @@ class Snapshot:
     concurrency: int = 0  # transfers allowed in flight now, all workers
     concurrency_peak: int = 0
     hosts: dict[str, int] = field(default_factory=dict)  # in flight by host (--metrics)
+    # transfers allowed in flight by host, all workers (--metrics, --concurrency auto)
+    host_limits: dict[str, int] = field(default_factory=dict)
     failures_by_reason: dict[str, int] = field(default_factory=dict)  # this run's
     latency: tuple[int, ...] = ()  # requests by LATENCY_BUCKETS (then +Inf), --metrics
     latency_sum: float = 0.0
@@ -140,6 +142,7 @@ class LiveStatus:
             **asdict(built), "state": state, "files_ok": report.files_ok,
             "files_failed": report.files_failed, "bytes": report.bytes,
             "retries": report.retries, "in_flight": 0, "partial_bytes": 0, "hosts": {},
+            "host_limits": {},
             "pages_done": report.pages, "listing_done": report.listing_complete,
             "concurrency": report.concurrency_final,
             "concurrency_peak": report.concurrency_peak, "error": report.error})
@@ -154,11 +157,14 @@ class LiveStatus:
         then, files_then, bytes_then = self.recent[0]
         span = now - then
         hosts: dict[str, int] = {}
+        host_limits: dict[str, int] = {}
         latency = [0] * (len(LATENCY_BUCKETS) + 1)
         latency_sum = 0.0
         for tick in ticks:
             for host, count in tick.hosts:
                 hosts[host] = hosts.get(host, 0) + count
+            for host, limit in tick.host_limits:
+                host_limits[host] = host_limits.get(host, 0) + limit
             if tick.latency:
                 latency = [a + b for a, b in zip(latency, tick.latency, strict=True)]
                 latency_sum += tick.latency_sum
@@ -176,7 +182,7 @@ class LiveStatus:
             if span > 0 else 0.0,
             concurrency=sum(t.limit for t in ticks),
             concurrency_peak=sum(t.peak_limit for t in ticks),
-            hosts=hosts, failures_by_reason=dict(self.failures),
+            hosts=hosts, host_limits=host_limits, failures_by_reason=dict(self.failures),
             latency=tuple(latency) if any(t.latency for t in ticks) else (),
             latency_sum=latency_sum,
             metrics_url=self.metrics.url if self.metrics is not None else None)

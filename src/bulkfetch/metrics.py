@@ -90,6 +90,12 @@ class _Collector:
         yield GaugeMetricFamily("bulkfetch_concurrency_limit", "Transfers allowed in "
                                 "flight now, all workers (--concurrency auto moves it).",
                                 value=shot.concurrency)
+        by_host = GaugeMetricFamily("bulkfetch_concurrency_limit_by_host", "Transfers "
+                                    "allowed in flight now to each host in flight, all "
+                                    "workers (--concurrency auto).", labels=["host"])
+        for host, limit in sorted(shot.host_limits.items()):
+            by_host.add_metric([host], limit)
+        yield by_host
         yield GaugeMetricFamily("bulkfetch_partial_bytes", "Bytes of big bodies on their "
                                 "way, not yet stored.", value=shot.partial_bytes)
         if shot.latency:

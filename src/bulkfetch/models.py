@@ -97,6 +97,8 @@ class Tick:
     latency: tuple[int, ...] = ()
     latency_sum: float = 0.0
     hosts: tuple[tuple[str, int], ...] = ()
+    # ... and under --concurrency auto, each of those hosts' limit in this worker
+    host_limits: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

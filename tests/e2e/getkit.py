@@ -127,6 +127,19 @@ def kill_after_pages(run: subprocess.Popen, dest: Path, pages: int,
     run.wait()
 
 
+def settled_count(server, quiet_s: float = 0.3, timeout: float = 30) -> int:  # type: ignore[no-untyped-def]
+    """The number of requests in `server`'s access log once it stops growing: a killed
+    client's requests already in the server are logged as their answers end, after it."""
+    count, deadline = len(server.requests()), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = len(server.requests())
+        if now == count:
+            break
+        count = now
+    return count
+
+
 def index_rows(dest: Path, sql: str) -> list[tuple]:
     """Rows of a query on a tar DEST's index.sqlite, read-only ([] before it exists)."""
     path = dest / "index.sqlite"

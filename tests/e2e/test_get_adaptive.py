@@ -1,9 +1,11 @@
 """`--concurrency auto` against the reference server: a far server (every answer 100 ms
 late) makes it raise the limit above its start, --max-concurrency bounds it, 429s and a
-server's cap on requests in flight bring it down, and the report says what it found."""
+server's cap on requests in flight bring it down, and the report says what it found. Over
+two hosts, a capped one's pushback lowers its own limit only."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -12,10 +14,12 @@ from pathlib import Path
 from getkit import assert_complete, expected_files
 
 
-def get(url: str, dest: Path, *args: str) -> dict:
+def get(url: str, dest: Path, *args: str, table: Path | None = None) -> dict:
+    """`get URL DEST ARGS`; with `table`, `get --from-file TABLE DEST ARGS` (url: the flag)."""
     report = dest.parent / f"{dest.name}.json"
-    proc = subprocess.run([sys.executable, "-m", "bulkfetch", "get", url, str(dest), "--quiet",
-                           "--report", str(report), *args],
+    source = [url, str(table)] if table is not None else [url]
+    proc = subprocess.run([sys.executable, "-m", "bulkfetch", "get", *source, str(dest),
+                           "--quiet", "--report", str(report), *args],
                           capture_output=True, text=True, timeout=240)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stderr
@@ -56,6 +60,36 @@ def test_a_capped_server_brings_the_limit_down(reference_server, tmp_path: Path)
     # a fixed 64 against a cap of 24 would be refused about 1.7 times a file
     refused = sum(1 for r in server.requests() if r.status == 503)
     assert refused < files, refused
+
+
+def test_a_capped_host_does_not_hold_back_its_neighbour(reference_server,
+                                                      tmp_path: Path) -> None:
+    """One URL table over a capped host (more than 8 in flight: 503 with Retry-After: 1)
+    and a far one. With one limit for the worker, the capped host's refusals brought it
+    down to its floor and the far host with it (the run took minutes, most answers 503);
+    each host's own limit keeps the refusals few and the worker's pool wide."""
+    capped_files, far_files = 600, 3000
+    capped = reference_server("--files", str(capped_files), "--latency", "20",
+                              "--max-concurrent", "8", access_log=True)
+    far = reference_server("--files", str(far_files), "--latency", "50")
+    expected = {**{f"capped/{n}": md5 for n, md5 in expected_files(capped_files).items()},
+                **{f"far/{n}": md5 for n, md5 in expected_files(far_files).items()}}
+    rows = sorted([(i / capped_files, f"{capped.url}/get/{n}", f"capped/{n}")
+                   for i, n in enumerate(expected_files(capped_files))]
+                  + [(i / far_files, f"{far.url}/get/{n}", f"far/{n}")
+                     for i, n in enumerate(expected_files(far_files))])
+    table = tmp_path / "urls.csv"
+    with table.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["url", "name"])
+        writer.writerows(row[1:] for row in rows)
+    report = get("--from-file", tmp_path / "d", "-w", "1", "--name-col", "name",
+                 "-c", "auto", table=table)
+    assert_complete(tmp_path / "d", expected)
+    assert report["files_ok"] == capped_files + far_files
+    refused = sum(1 for r in capped.requests() if r.status == 503)
+    assert refused < capped_files // 10, refused
+    assert report["concurrency"]["final"] >= 64, report["concurrency"]
 
 
 def test_a_bad_concurrency_is_a_usage_error(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from getkit import kill_after_pages, read_journal
+from getkit import kill_after_pages, read_journal, settled_count
 
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.sizes import parse_size_spec
@@ -208,7 +208,7 @@ def test_kill_9_midway_then_the_rerun_asks_only_for_the_pages_not_done(tmp_path:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         kill_after_pages(first, dest, 10)  # of 30 pages
         done = read_journal(dest, "SELECT count(*) FROM pages WHERE status = 'done'")[0][0]
-        before = len(server.requests())
+        before = settled_count(server)
         proc, _ = get(source, dest, tmp_path / "r.json")
         asked = [r for r in server.requests()[before:] if r.target.startswith("/get/")]
     assert proc.returncode == 0, proc.stderr

@@ -210,3 +210,15 @@ def test_the_cap_found_by_creeping_is_backed_off_from_gently_and_probed_seldom()
     assert served >= 0.9 * fixed, served / fixed
     late = [a + b for a, b in zip(limits[0][-6000:], limits[1][-6000:], strict=True)]
     assert 180 <= sum(late) / len(late) <= 205
+
+
+def test_a_burst_mostly_refused_backs_off_to_what_got_through() -> None:
+    """64 sent to a server that takes 8: the limit goes to 8 at once, not 44, 31, 21, ...
+    (each step would cost the host a Retry-After pause)."""
+    clock = Clock()
+    controller = Controller(64, 4096, floor=1, clock=clock)
+    controller.in_flight(64)
+    controller.completed(64, 64 * 0.02)  # every answer, 503s among them
+    controller.congested(56, told_to_wait=True)
+    clock.now += 0.3
+    assert controller.decide(clock.now) == 8

@@ -47,9 +47,10 @@ def test_snapshot_sums_ticks_and_counts_failures_by_reason(tmp_path: Path, monke
     monkeypatch.setattr(live.time, "monotonic", lambda: clock[0])
     status = LiveStatus(_options(tmp_path), "src")
     ticks = [Tick(0, limit=64, peak_limit=128, hosts=(("a:1", 3), ("b:2", 1)),
-                  latency=_latency(1, 2), latency_sum=0.5),
+                  latency=_latency(1, 2), latency_sum=0.5,
+                  host_limits=(("a:1", 40), ("b:2", 8))),
              Tick(1, limit=32, peak_limit=32, hosts=(("a:1", 2),), latency=_latency(0, 1, 4),
-                  latency_sum=1.0)]
+                  latency_sum=1.0, host_limits=(("a:1", 32),))]
     status.failed([Failure("x", "HTTP 404", 1), Failure("y", "HTTP 404", 1),
                    Failure("z", "x (curl error 28)", 9)])
     clock[0] += 1.0
@@ -58,6 +59,7 @@ def test_snapshot_sums_ticks_and_counts_failures_by_reason(tmp_path: Path, monke
     assert shot is not None
     assert (shot.files_ok, shot.bytes, shot.in_flight) == (10, 1000, 6)
     assert shot.hosts == {"a:1": 5, "b:2": 1}
+    assert shot.host_limits == {"a:1": 72, "b:2": 8}  # each worker's own, summed
     assert shot.concurrency == 96 and shot.concurrency_peak == 160
     assert shot.latency == _latency(1, 3, 4) and shot.latency_sum == 1.5
     assert shot.failures_by_reason == {"http_404": 2, "timeout": 1}
@@ -140,7 +142,7 @@ def test_metrics_text_parses_back(tmp_path: Path) -> None:
     status.update(Progress(files_ok=9, files_failed=1, bytes=900, retries=4, in_flight=2,
                            pages_listed=3, pages_done=1, total_files=30),
                   [Tick(0, limit=64, hosts=(("h:1", 2),), latency=_latency(5, 0, 3, 2),
-                        latency_sum=0.25)])
+                        latency_sum=0.25, host_limits=(("h:1", 48),))])
     families = _families(server.text())
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in families.values() for s in family.samples}
@@ -151,6 +153,7 @@ def test_metrics_text_parses_back(tmp_path: Path) -> None:
     assert samples[("bulkfetch_failures_total", (("reason", "http_410"),))] == 1
     assert samples[("bulkfetch_in_flight", (("host", "h:1"),))] == 2
     assert samples[("bulkfetch_concurrency_limit", ())] == 64
+    assert samples[("bulkfetch_concurrency_limit_by_host", (("host", "h:1"),))] == 48
     assert samples[("bulkfetch_pages_listed_total", ())] == 3
     assert samples[("bulkfetch_files_listed", ())] == 30
     # cumulative buckets, +Inf equal to the count

@@ -27,6 +27,11 @@ An interval lasts at least MIN_INTERVAL_S and two mean latencies, so each judgem
 the limit it is judging. The limit only grows while the worker actually used it (enough
 pages at hand to fill it), never above `ceiling` (--max-concurrency and the file
 descriptors this process may open) or below `floor`.
+
+Over several hosts (host_windows.py) each host's controller watches its own latency, and
+the worker's watches files/s alone (`watch_latency` off): a mean latency over hosts moves
+with the mix of hosts in flight, not only with queueing, and would shrink the worker's
+pool whenever a far host's share grew.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class Controller:
         self.cap = 0  # the limit at which congestion last began (0: none seen)
         self.backed_off_to = self.ceiling  # the limit the last back-off set
         self.crept = -math.inf  # when the creep last added near the cap
+        self.watch_latency = True  # off: files/s alone decides (see above)
         self._reset(clock())
 
     def _reset(self, now: float) -> None:
@@ -108,6 +114,9 @@ class Controller:
         return self.told_to_wait or \
             self.congestion > CONGESTED_SHARE * (self.completions + self.congestion)
 
+    def _queueing(self, latency: float) -> bool:
+        return self.watch_latency and latency > self.floor_latency * QUEUEING
+
     def decide(self, now: float) -> int:
         """The new limit, from the interval that ends now."""
         elapsed = max(now - self.started, 1e-9)
@@ -120,7 +129,14 @@ class Controller:
             # while creeping, or near where it began before, is the cap itself: gently.
             gentle = not self.slow_start and (
                 self.limit > self.backed_off_to or (self.cap and self.limit >= self.cap * NEAR))
-            new = max(self.floor, int(self.limit * (NEAR_BACK_OFF if gentle else BACK_OFF)))
+            factor = NEAR_BACK_OFF if gentle else BACK_OFF
+            # A server far over its cap refuses most of a burst: what got through is the
+            # better estimate (64 sent to a cap of 8: 8, not 44, then 31, ... each of those
+            # steps costing the host a Retry-After pause).
+            answered = max(self.completions, self.congestion)
+            if answered >= MIN_COMPLETIONS:
+                factor = min(factor, 1.0 - self.congestion / answered)
+            new = max(self.floor, int(self.limit * factor))
             self.cap = self.limit
             self.backed_off_to = new
             self.slow_start = False
@@ -128,15 +144,14 @@ class Controller:
         elif self.completions:
             self.floor_latency = min(self.floor_latency, latency)
             if self.slow_start:
-                if used and rate >= self.last_rate * RISE \
-                        and latency <= self.floor_latency * QUEUEING:
+                if used and rate >= self.last_rate * RISE and not self._queueing(latency):
                     self.paid_limit = self.limit
                     new = self.limit * 2
                 elif used:  # doubling did not pay: back to the last limit that did
                     self.slow_start = False
                     self.steady_since = now
                     new = self.paid_limit
-            elif latency > self.floor_latency * QUEUEING:  # waiting, not travelling
+            elif self._queueing(latency):  # waiting, not travelling
                 new = self.limit - max(1, self.limit // 10)
             elif used and now - self.steady_since < REPROBE_S:
                 if not self.cap or self.limit < self.cap * NEAR:

@@ -190,6 +190,8 @@ class BigFiles:
             if len(transfer) == 5:
                 if not transfer[4].file.cancelled:
                     self._start_part(transfer)
+                elif self.fetcher.windows is not None:  # let through, never started
+                    gate.done(transfer[2])  # type: ignore[union-attr]
             else:
                 self._start_stream(transfer)
 
@@ -198,6 +200,8 @@ class BigFiles:
         try:
             spool = fetcher.sink.open_spool(transfer[1])
         except SinkFailure as exc:
+            if fetcher.windows is not None:  # let through, never started
+                fetcher.gate.done(transfer[2])  # type: ignore[union-attr]
             fetcher._fail(transfer[0], transfer[1], str(exc), transfer[3], transfer[2])
             return
         handle = fetcher.free.pop()

@@ -44,7 +44,8 @@ from bulkfetch.engine.digests import (
     held_body_mismatch,
     states_digest,
 )
-from bulkfetch.engine.hosts import HostGate, host_label
+from bulkfetch.engine.host_windows import HostWindows
+from bulkfetch.engine.hosts import HostGate, count_by_host, host_of
 from bulkfetch.models import (
     LATENCY_BUCKETS,
     Failure,
@@ -202,11 +203,16 @@ class Fetcher:
             self.controller = Controller(limits.concurrency,
                                          min(limits.max_concurrency, open_file_ceiling()))
         self.window = self.controller.limit if self.controller else limits.concurrency
+        # ... and once a second host appears, each host's own (host_windows.py): until
+        # then `first_host` is the only one seen and the worker's controller is its own.
+        self.windows: HostWindows | None = None
+        self.first_host: str | None = None
         # --metrics: requests by latency bucket (the last one +Inf) and their summed seconds
         self.latency: list[int] | None = \
             [0] * (len(LATENCY_BUCKETS) + 1) if options.metrics else None
         self.latency_sum = 0.0
         self.hosts: tuple[tuple[str, int], ...] = ()  # in flight by host, counted per second
+        self.host_limits: tuple[tuple[str, int], ...] = ()  # ... and their limits (auto)
         self.hosts_counted = 0.0
         self.peak_window = self.window
         for _ in range(self.window):
@@ -315,12 +321,34 @@ class Fetcher:
             self._store_inline(state, name, url, body)
         queue = self.pending if self.spool_above else self.big.pending
         partials, resume = self.big.partials, self.big.resume
+        if self.controller is not None and self.windows is None:
+            self._look_for_hosts(ready)
         for name, url in ready:
             transfer = (state, name, url, 1)
             if not (partials and name in partials and resume(transfer)):
                 queue.append(transfer)
         if state.remaining == 0 and state in self.live:
             self._page_finished(state)
+
+    def _look_for_hosts(self, ready: list[tuple[str, str]]) -> None:
+        """--concurrency auto: on the second host, a controller per host (host_windows.py).
+        The first keeps what the worker's controller learned of it."""
+        for _, url in ready:
+            host = host_of(url)
+            if self.first_host is None:
+                self.first_host = host
+            elif host != self.first_host:
+                break
+        else:
+            return
+        controller = self.controller
+        assert controller is not None
+        windows = HostWindows(self.options.limits.concurrency, controller.ceiling)
+        windows.adopt(self.first_host, controller.limit)
+        controller.watch_latency = False  # each host's watches its own (adaptive.py)
+        if self.gate is None:
+            self.gate = HostGate()
+        self.gate.windows = self.windows = windows
 
     def _begin(self, page: Page, names: Sequence[str]) -> _PageState:
         state = _PageState(page, len(page.names), self.sink.begin_page(page.seq, names))
@@ -398,11 +426,14 @@ class Fetcher:
                         completed(handle, None)
                 else:  # each one's time from start to end: the controller's latency
                     took = 0.0
+                    windows = self.windows
                     for handle in succeeded:
                         seconds = handle.getinfo(_TOTAL_TIME)
                         took += seconds
                         if latency is not None:
                             self._timed(seconds)
+                        if windows is not None:
+                            windows.completed(host_of(transfer_of[handle][2]), seconds)
                         completed(handle, None)
                     if controller is not None:
                         controller.completed(len(succeeded), took)
@@ -418,7 +449,9 @@ class Fetcher:
                 if self.spooling and len(self.spooling) + len(free) == len(self.handles):
                     self.big.nap()
                 if gate is not None and gate.count:  # a parked host's turn may come first
-                    timeout = min(timeout, gate.next_wake() or 0.0)
+                    wake = gate.next_wake()
+                    if wake is not None:
+                        timeout = min(timeout, wake)
                 if len(self.handles) <= SELECT_SEES:
                     multi.select(timeout)
                 else:  # see SELECT_SEES
@@ -438,6 +471,10 @@ class Fetcher:
             now = time.monotonic()
             if controller.due(now):
                 self._resize(controller.decide(now))
+            if self.windows is not None:
+                rose = self.windows.sweep()
+                if rose:
+                    self.gate.wake_hosts(rose)  # type: ignore[union-attr]
         finished, self.finished = self.finished, []
         return finished
 
@@ -459,6 +496,8 @@ class Fetcher:
             return
         self.multi.remove_handle(handle)
         transfer = self.transfer_of[handle]
+        if self.windows is not None:
+            self.gate.done(transfer[2])  # type: ignore[union-attr]
         chunks, lines = self.buffers[handle]
         retry_after = None
         if error is not None:
@@ -471,7 +510,7 @@ class Fetcher:
                 return
             retryable, reason = code in RETRYABLE_CURL_ERRORS, f"{message} (curl error {code})"
             if self.controller is not None and code in CONGESTION_CURL_ERRORS:
-                self.controller.congested()
+                self._congested(transfer[2])
         elif handle.getinfo(pycurl.RESPONSE_CODE) == 200:
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             digest = None
@@ -538,11 +577,19 @@ class Fetcher:
             if status in (429, 503):
                 retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
                 if self.controller is not None:  # a pause asked for pauses the host: less
-                    self.controller.congested(told_to_wait=bool(retry_after))
+                    self._congested(transfer[2], bool(retry_after))
         chunks.clear()
         lines.clear()
         self.free.append(handle)
         self._retry_or_fail(transfer, reason, retryable, retry_after)
+
+    def _congested(self, url: str, told_to_wait: bool = False) -> None:
+        """The server of `url` wants less: its host's controller, once there is one per
+        host (then the others keep theirs), else the worker's."""
+        if self.windows is not None:
+            self.windows.congested(host_of(url), told_to_wait)
+        else:
+            self.controller.congested(told_to_wait=told_to_wait)  # type: ignore[union-attr]
 
     def _tls_fatal(self, handle: pycurl.Curl, code: int, message: str) -> FatalTransferError:
         """The error that stops the run on a certificate libcurl refused: every other file
@@ -647,22 +694,23 @@ class Fetcher:
             latency = tuple(self.latency)
             now = time.monotonic()
             if now - self.hosts_counted >= HOSTS_EVERY_S:
-                self.hosts, self.hosts_counted = self._count_hosts(), now
+                self._count_hosts()
+                self.hosts_counted = now
         return Tick(self.worker, self.files_ok + sum(state.ok for state in live),
                     self.files_failed, self.bytes + sum(state.bytes for state in live),
                     self.retries, self.in_flight, partial, largest, self.big.restarts,
                     self.big.size_only, tuple(self.checked), self.window, self.peak_window,
-                    latency, self.latency_sum, self.hosts)
+                    latency, self.latency_sum, self.hosts, self.host_limits)
 
-    def _count_hosts(self) -> tuple[tuple[str, int], ...]:
-        """Transfers in flight by host (a URL's authority, credentials dropped)."""
+    def _count_hosts(self) -> None:
+        """Transfers in flight by host and, under --concurrency auto, their limits."""
         idle = set(self.free)
-        counts: dict[str, int] = {}
-        for handle in self.handles:
-            if handle not in idle:
-                host = host_label(self.transfer_of[handle][2])
-                counts[host] = counts.get(host, 0) + 1
-        return tuple(sorted(counts.items()))
+        urls = [self.transfer_of[handle][2] for handle in self.handles if handle not in idle]
+        limit_of = None
+        if self.controller is not None:  # one host alone: the worker's limit is its own
+            limit_of = self.windows.limit if self.windows is not None else \
+                (lambda host: self.window)
+        self.hosts, self.host_limits = count_by_host(urls, limit_of)
 
     @property
     def in_flight(self) -> int:

@@ -7,19 +7,28 @@ requests a worker starts per second on each host with a token bucket, and --limi
 the body bytes a second it takes from each host (a transfer starts while the host's byte
 bucket is not in debt; libcurl's receive-speed cap keeps one big body to the rate).
 
-The fetcher consults a gate only once it has one (a --max-rps run, or the first
-Retry-After): until then its per-file loop pays nothing for this.
+With `--concurrency auto` over more than one host, the gate also keeps each host to the
+transfers in flight its own controller allows (host_windows.py): a transfer of a host at
+its limit is parked until one of that host's transfers ends (done()).
+
+The fetcher consults a gate only once it has one (a --max-rps run, the first Retry-After,
+or a second host under auto): until then its per-file loop pays nothing for this.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["HostGate", "TokenBucket", "host_label", "host_of"]
+from bulkfetch.engine.host_windows import HostWindows
+
+__all__ = ["HostGate", "TokenBucket", "count_by_host", "host_label", "host_of"]
+
+_FULL = math.inf  # _delay(): the host has its limit in flight; one of them ending wakes it
 
 
 def host_of(url: str) -> str:
@@ -35,6 +44,25 @@ def host_label(url: str) -> str:
     host = host_of(url)
     scheme, sep, authority = host.rpartition("://")
     return f"{scheme}{sep}{authority.rpartition('@')[2]}"
+
+
+def count_by_host(urls: Iterable[str], limit_of: Callable[[str], int] | None = None,
+                  ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+    """(host label, transfers) of the URLs in flight, and (host label, limit) of those
+    hosts by `limit_of(host)` (() without it); sorted. Hosts told apart only by
+    credentials share a label: their counts add up, their limit is the larger."""
+    counts: dict[str, int] = {}
+    for url in urls:
+        host = host_of(url)
+        counts[host] = counts.get(host, 0) + 1
+    shown: dict[str, int] = {}
+    limits: dict[str, int] = {}
+    for host, count in counts.items():
+        label = host_label(host)
+        shown[label] = shown.get(label, 0) + count
+        if limit_of is not None:
+            limits[label] = max(limits.get(label, 0), limit_of(host))
+    return tuple(sorted(shown.items())), tuple(sorted(limits.items()))
 
 
 class TokenBucket:
@@ -102,6 +130,7 @@ class HostGate:
         # released transfers by id: counted already, each passes admit() once, unparked
         # (held here, so no other object can take the id meanwhile)
         self.passed: dict[int, tuple[Any, ...]] = {}
+        self.windows: HostWindows | None = None  # per-host limits, once set (see above)
 
     def pause(self, url: str, seconds: float) -> None:
         """No new request to `url`'s host for `seconds` from now."""
@@ -131,7 +160,8 @@ class HostGate:
             return True
         self.parked[host] = deque([(transfer, big)])
         self.count += 1
-        heapq.heappush(self.wake, (self.clock() + delay, host))
+        if delay is not _FULL:
+            heapq.heappush(self.wake, (self.clock() + delay, host))
         return False
 
     def _delay(self, host: str) -> float:
@@ -142,6 +172,9 @@ class HostGate:
             if left > 0:
                 return left
             del self.paused_until[host]
+        windows = self.windows
+        if windows is not None and windows.full(host):
+            return _FULL
         if self.byte_rate > 0:
             owed = self._bytes(host).wait()
             if owed > 0.0:
@@ -164,6 +197,8 @@ class HostGate:
                 self.unestimated[host] = self.unestimated.get(host, 0) + 1
             else:
                 self._bytes(host).debit(mean)
+        if windows is not None:
+            windows.started(host)
         return 0.0
 
     def _bytes(self, host: str) -> TokenBucket:
@@ -192,6 +227,20 @@ class HostGate:
         if self.unestimated.get(host):
             self.unestimated[host] -= 1
 
+    def done(self, url: str) -> None:
+        """A transfer the gate let start has ended, or was let through and did not start
+        (per-host limits only: the fetcher calls this once it set `windows`)."""
+        host = host_of(url)
+        self.windows.ended(host)  # type: ignore[union-attr]
+        if host in self.parked:
+            heapq.heappush(self.wake, (0.0, host))
+
+    def wake_hosts(self, hosts: list[str]) -> None:
+        """These hosts' limits rose: their parked transfers may start."""
+        for host in hosts:
+            if host in self.parked:
+                heapq.heappush(self.wake, (0.0, host))
+
     def release(self) -> list[tuple[tuple[Any, ...], bool]]:
         """Parked transfers whose host may be asked now, in order, each counted: as many as
         the host's rate allows (all of them when only a pause held them). Each passes its
@@ -207,7 +256,8 @@ class HostGate:
             while waiting:
                 delay = self._delay(host)
                 if delay > 0.0:
-                    later.append((now + delay, host))
+                    if delay is not _FULL:  # (a full host is woken by done())
+                        later.append((now + delay, host))
                     break
                 item = waiting.popleft()
                 self.passed[id(item[0])] = item[0]
@@ -220,10 +270,11 @@ class HostGate:
         return found
 
     def next_wake(self) -> float | None:
-        """Seconds until a parked host may go on; None when nothing is parked."""
-        if not self.count:
+        """Seconds until a parked host may go on; None when nothing is parked or only hosts
+        at their limit in flight are (one of their transfers ending wakes them)."""
+        if not self.count or not self.wake:
             return None
-        return max(0.0, self.wake[0][0] - self.clock()) if self.wake else 0.0
+        return max(0.0, self.wake[0][0] - self.clock())
 
     def clear(self) -> None:
         """Forget every parked transfer (the fetcher is abandoning its work)."""
@@ -231,3 +282,5 @@ class HostGate:
         self.wake.clear()
         self.passed.clear()
         self.count = 0
+        if self.windows is not None:
+            self.windows.clear()
