@@ -2,6 +2,8 @@
 
     report = bulkfetch.download("http://127.0.0.1:8000", "dest", workers=2)
     for name, body in bulkfetch.open_dataset("dest"): ...
+    with bulkfetch.Client() as client:
+        for url, body in client.get_many(urls): ...
 """
 
 __version__ = "0.1.0"  # first: modules imported below read it
@@ -17,12 +19,18 @@ def __getattr__(name: str) -> object:
         from bulkfetch.dataset import open_dataset
 
         return open_dataset
+    if name in ("Client", "FetchError"):  # the engine is imported only when used
+        from bulkfetch import client
+
+        return getattr(client, name)
     raise AttributeError(f"module 'bulkfetch' has no attribute {name!r}")
 
 
 __all__ = [
     "BulkfetchError",
+    "Client",
     "Failure",
+    "FetchError",
     "Progress",
     "Report",
     "UsageError",

@@ -6,7 +6,9 @@ import bulkfetch
 def test_all_is_pinned() -> None:
     assert sorted(bulkfetch.__all__) == [
         "BulkfetchError",
+        "Client",
         "Failure",
+        "FetchError",
         "Progress",
         "Report",
         "UsageError",

@@ -1,0 +1,163 @@
+"""`bulkfetch.Client.get_many` against the usual Python design, in one run (issue 24):
+
+    python benchmarks/client.py [--files 100000] [--rounds 3] [--threads 32]
+
+nginx serves the standard static export (BENCHMARKS.md), pinned to core 0; every row runs
+pinned to core 1 as its own process, and reads every body into memory:
+
+- Client.get_many: `with bulkfetch.Client() as c: for url, body in c.get_many(urls)`;
+- the usual design: `ThreadPoolExecutor(--threads)` mapping `session.get(url).content`
+  over the URLs, one requests.Session a thread;
+- `bulkfetch get --sink null -w 1`: the engine's own cost per file, for the CPU bar.
+
+Bars (issue 24): get_many reaches at least 10x the thread pool's files/s, at no more than
+1.3x the CPU per file of the null sink with one worker. Every row counts its bodies and
+their bytes; get_many's and the pool's are checked against the export's sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import (
+    bulkfetch_command,
+    cached_export,
+    fit_open_file_cache,
+    log,
+    pinning,
+    run_measured,
+    start_nginx,
+)
+
+SPEED_BAR = 10.0
+CPU_BAR = 1.3
+
+
+def names(files: int) -> list[str]:
+    return [f"f{i:010d}" for i in range(files)]
+
+
+def row_client(base: str, files: int) -> dict[str, int]:
+    from bulkfetch import Client
+
+    count = size = 0
+    with Client() as client:
+        for _, body in client.get_many(f"{base}/get/{name}" for name in names(files)):
+            count += 1
+            size += len(body)  # type: ignore[arg-type]
+    return {"files": count, "bytes": size}
+
+
+def row_threads(base: str, files: int, threads: int) -> dict[str, int]:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import requests
+
+    local = threading.local()
+
+    def fetch(url: str) -> int:
+        session = getattr(local, "session", None)
+        if session is None:
+            session = local.session = requests.Session()
+        answer = session.get(url, timeout=30)
+        answer.raise_for_status()
+        return len(answer.content)
+
+    with ThreadPoolExecutor(threads) as pool:
+        sizes = list(pool.map(fetch, (f"{base}/get/{name}" for name in names(files))))
+    return {"files": len(sizes), "bytes": sum(sizes)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=32)
+    parser.add_argument("--row", nargs=2, metavar=("KIND", "BASE"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.row:  # one measured row, in its own process
+        kind, base = args.row
+        found = row_client(base, args.files) if kind == "client" else \
+            row_threads(base, args.files, args.threads)
+        print(json.dumps(found))
+        return 0
+    place = pinning()
+    work = Path(tempfile.mkdtemp(prefix="bulkfetch-client-"))
+    export = work / "export"
+    config, note = cached_export(args.files, export)
+    if config is None:
+        raise SystemExit(note)
+    conf, _ = fit_open_file_cache(config, work, 64)
+    nginx = start_nginx(place.server, conf)
+    me = [*place.client, sys.executable, str(Path(__file__).resolve())]
+    rows = {
+        "Client.get_many": [*me, "--files", str(args.files), "--row", "client", nginx.url],
+        f"ThreadPoolExecutor({args.threads}) + requests": [
+            *me, "--files", str(args.files), "--threads", str(args.threads), "--row",
+            "threads", nginx.url],
+        "bulkfetch get --sink null -w 1": [
+            *place.client, *bulkfetch_command(), "get", nginx.url, str(work / "null"),
+            "--sink", "null", "-w", "1", "-q", "--report", str(work / "null.json")],
+    }
+    expected_bytes = sum(p.stat().st_size for p in (export / "files").iterdir())
+    measured: dict[str, list[tuple[float, float]]] = {label: [] for label in rows}
+    verified: dict[str, str] = {}
+    try:
+        subprocess.run(rows["Client.get_many"], capture_output=True, timeout=600)  # warm-up
+        for number in range(args.rounds):
+            order = list(rows) if number % 2 == 0 else list(rows)[::-1]
+            for label in order:
+                started = time.monotonic()
+                run = run_measured(rows[label], timeout=1800)
+                if label.startswith("bulkfetch get"):
+                    report = json.loads((work / "null.json").read_text())
+                    ok = report["files_ok"] == args.files and run.returncode == 0
+                    verified[label] = f"{'yes' if ok else 'NO'}: report says " \
+                                      f"{report['files_ok']:,} ok"
+                    subprocess.run(["rm", "-rf", str(work / "null")], check=False)
+                else:
+                    found = json.loads(run.stdout.strip().splitlines()[-1]) \
+                        if run.returncode == 0 else {"files": 0, "bytes": 0}
+                    ok = found == {"files": args.files, "bytes": expected_bytes}
+                    verified[label] = f"{'yes' if ok else 'NO'}: {found['files']:,} bodies, " \
+                                      f"{found['bytes']:,} bytes"
+                    if not ok:
+                        log(run.stderr[-800:])
+                measured[label].append((run.seconds, run.cpu_seconds))
+                log(f"  round {number + 1}: {label}: {args.files / run.seconds:,.0f} files/s "
+                    f"({time.monotonic() - started:.1f} s)")
+    finally:
+        nginx.stop()
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+
+    def rate(label: str) -> float:
+        return args.files / statistics.median(s for s, _ in measured[label])
+
+    def cpu_us(label: str) -> float:
+        return statistics.median(c for _, c in measured[label]) / args.files * 1e6
+
+    print(f"{args.files:,} files of 100 bytes from nginx (static export); {place.note}; "
+          f"every body read into memory; median of {args.rounds} rounds, every other one "
+          "in reverse order\n")
+    print("| row | files/s | CPU µs/file | verified |\n|---|---:|---:|---|")
+    for label in rows:
+        print(f"| {label} | {rate(label):,.0f} | {cpu_us(label):.1f} | {verified[label]} |")
+    client, pool, null = list(rows)
+    speed, cpu = rate(client) / rate(pool), cpu_us(client) / cpu_us(null)
+    print(f"\n- [{'x' if speed >= SPEED_BAR else ' '}] get_many files/s × the thread pool's: "
+          f"{speed:.1f} (>= {SPEED_BAR:g})")
+    print(f"- [{'x' if cpu <= CPU_BAR else ' '}] get_many CPU/file × null sink, 1 worker: "
+          f"{cpu:.2f} (<= {CPU_BAR})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

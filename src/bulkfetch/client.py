@@ -1,0 +1,333 @@
+"""`bulkfetch.Client`: many URLs' bodies handed to a Python program, from one libcurl loop.
+
+The usual answer to "read many objects fast" from Python is a ThreadPoolExecutor over
+requests or boto3: a thread per request in flight, the GIL taken back for every chunk. A
+Client drives the engine's Fetcher (the CLI's retries, verification, per-host limits and
+`--concurrency auto`) on one background thread, where libcurl waits with the GIL released,
+and hands each body to the call that asked for it. Calls may come from many threads at
+once and from asyncio (`aget_many`, `aget`); they share the loop and its connections.
+
+A call's URLs go to the loop in pages of PAGE_URLS, and at most `window` of its URLs are
+in hand at once (sent, not yet taken by the caller), so a slow consumer slows the fetching
+and memory stays bounded whatever the number of URLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from typing import Any, Literal
+
+from bulkfetch.errors import BulkfetchError
+from bulkfetch.models import Page, PageReport
+
+__all__ = ["Client", "FetchError"]
+
+PAGE_URLS = 256  # URLs per page handed to the loop: small enough to start at once
+STEP_S = 0.01  # the loop's wait while transfers are in flight (how soon new work starts)
+
+
+class FetchError(BulkfetchError):
+    """One URL could not be fetched (after the retries the Client was given)."""
+
+    def __init__(self, url: str, reason: str, attempts: int) -> None:
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
+        self.attempts = attempts
+
+
+class _Call:
+    """One get_many(): its URLs by position, and what came back, in arrival order."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.urls: dict[int, str] = {}
+        # what came back, a batch per turn of the loop (one hand-over between threads for
+        # many bodies: one each cost more than the rest of the file's way together)
+        self.results: queue.SimpleQueue[list[tuple[int, bytes | FetchError]]] = \
+            queue.SimpleQueue()
+
+
+class _MemorySpool:
+    """A body above the fetcher's in-memory limit: a Client returns bytes anyway."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.chunks.append(bytes(data))
+
+    def discard(self) -> None:
+        self.chunks.clear()
+
+
+class _Source:
+    """Page items are "CALL/POSITION"; the call knows the URL. Names stay plain and unique."""
+
+    def __init__(self, calls: dict[int, _Call]) -> None:
+        self.calls = calls
+
+    def describe(self) -> str:
+        return "bulkfetch.Client"
+
+    def plain_urls(self, items: Sequence[str]) -> None:
+        return None
+
+    def resolve(self, item: str) -> tuple[str, str]:
+        call, _, position = item.partition("-")
+        found = self.calls.get(int(call))
+        if found is None:  # the caller stopped reading that call: nothing to fetch
+            raise ValueError("the call was abandoned")
+        return item, found.urls[int(position)]
+
+
+class _Deliver:
+    """The Fetcher's sink: each body, and each failure once its page reports it, goes to
+    the call that asked for it."""
+
+    def __init__(self, calls: dict[int, _Call]) -> None:
+        self.calls = calls
+        self.out: dict[_Call, list[tuple[int, bytes | FetchError]]] = {}
+
+    def _put(self, name: str, result: bytes | FetchError) -> None:
+        call, _, position = name.partition("-")
+        found = self.calls.get(int(call))
+        if found is not None:  # (a call the caller abandoned takes nothing)
+            batch = self.out.get(found)
+            if batch is None:
+                batch = self.out[found] = []
+            batch.append((int(position), result))
+
+    def hand_over(self) -> None:
+        """Give each call what came back for it since the last hand-over."""
+        if self.out:
+            out, self.out = self.out, {}
+            for call, batch in out.items():
+                call.results.put(batch)
+
+    def _write(self, name: str, body: bytes, md5: str | None) -> None:
+        self._put(name, body)
+
+    def begin_page(self, seq: int, names: Sequence[str] = ()) -> Any:
+        return self._write
+
+    def skip(self, seq: int, name: str) -> None:
+        pass  # its Failure, with the reason, comes with the page's report
+
+    def open_spool(self, name: str) -> _MemorySpool:
+        return _MemorySpool()
+
+    def open_partial(self, key: str) -> None:
+        return None
+
+    def store_spool(self, seq: int, name: str, spool: _MemorySpool, size: int,
+                    md5: str) -> None:
+        self._put(name, b"".join(spool.chunks))
+        spool.discard()
+
+    def end_page(self, report: PageReport) -> list[PageReport]:
+        for failure in report.failures:
+            call, _, position = failure.name.partition("-")
+            found = self.calls.get(int(call))
+            if found is not None:
+                url = found.urls.get(int(position), failure.url)
+                self._put(failure.name, FetchError(url, failure.reason, failure.attempts))
+        return [report]
+
+    def ready(self) -> list[PageReport]:
+        return []
+
+    def flush(self) -> list[PageReport]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class Client:
+    """Fetch many URLs concurrently into this process.
+
+    Keyword options are those of `bulkfetch.download()` that concern transfers:
+    `concurrency` ("auto" or a number), `max_concurrency`, `per_host`, `max_rps`,
+    `limit_rate`, `retries`, `max_retry_wait`, `connect_timeout`, `idle_timeout`,
+    `total_timeout`, `min_speed`, `verify`, `ca_bundle`, `insecure`. `window`: at most this
+    many URLs of one call in hand at once (sent to the loop, not yet taken).
+
+        with bulkfetch.Client() as client:
+            for url, body in client.get_many(urls):
+                ...
+    """
+
+    def __init__(self, *, window: int = 8192, **options: Any) -> None:
+        from bulkfetch.api import build_options
+        from bulkfetch.engine.fetcher import Fetcher
+
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        self.window = window
+        self.options = build_options("bulkfetch.Client", os.devnull, workers=1, **options)
+        self.calls: dict[int, _Call] = {}
+        self.numbers = itertools.count()
+        self.pages = itertools.count()
+        self.inbox: queue.SimpleQueue[Page | None] = queue.SimpleQueue()
+        self.deliver = _Deliver(self.calls)
+        self.fetcher = Fetcher(self.options, _Source(self.calls),  # type: ignore[arg-type]
+                               self.deliver)  # type: ignore[arg-type]
+        self.error: BaseException | None = None
+        self.closed = False
+        self.thread = threading.Thread(target=self._loop, name="bulkfetch-client",
+                                       daemon=True)
+        self.thread.start()
+
+    # -- the background loop -------------------------------------------------------------
+    def _loop(self) -> None:
+        fetcher, inbox = self.fetcher, self.inbox
+        held: deque[Page] = deque()
+        try:
+            while True:
+                if fetcher.idle and not held:
+                    page = inbox.get()  # nothing in flight: sleep until work comes
+                    if page is None:
+                        return
+                    held.append(page)
+                while True:  # everything sent since
+                    try:
+                        page = inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    if page is None:
+                        return
+                    held.append(page)
+                while held and fetcher.wants_pages:
+                    fetcher.add_page(held.popleft())
+                fetcher.step(STEP_S)
+                fetcher.take_fetched()
+                self.deliver.hand_over()
+        except BaseException as exc:  # the loop is gone: every waiting call must hear it
+            self.error = exc
+            self.deliver.out.clear()  # (what it held is reported lost with the rest)
+            for call in list(self.calls.values()):
+                call.results.put([(position, FetchError(
+                    url, f"the client's loop stopped: {exc}", 0))
+                    for position, url in list(call.urls.items())])
+        finally:
+            self.fetcher.close()
+
+    def _send(self, call: _Call, batch: list[tuple[int, str]]) -> None:
+        for position, url in batch:
+            call.urls[position] = url
+        names = tuple(f"{call.number}-{position}" for position, _ in batch)
+        self.inbox.put(Page(next(self.pages), None, names))
+
+    # -- the caller's side ---------------------------------------------------------------
+    def get_many(self, urls: Iterable[str], *, ordered: bool = False,
+                 errors: Literal["raise", "return"] = "raise",
+                 ) -> Iterator[tuple[str, bytes | FetchError]]:
+        """Yield (url, body) for every URL: as they arrive, or in the order given with
+        `ordered=True`. A URL that fails raises FetchError (`errors="raise"`, the rest of
+        the call is dropped) or is yielded as (url, FetchError) (`errors="return"`)."""
+        if errors not in ("raise", "return"):
+            raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
+        if self.closed:
+            raise BulkfetchError("this Client is closed")
+        if self.error is not None:
+            raise BulkfetchError(f"the client's loop stopped: {self.error}")
+        call = _Call(next(self.numbers))
+        self.calls[call.number] = call
+        source = enumerate(urls)
+        # Only this thread sends and takes for this call: counts, not a semaphore. `taken`
+        # counts what left the loop's hands (and, ordered, was yielded).
+        sent = taken = 0
+        window = self.window
+        exhausted = False
+        # ordered=True: what arrived ahead of its turn, by position
+        waiting: dict[int, tuple[str, bytes | FetchError]] = {}
+        try:
+            while True:
+                batch: list[tuple[int, str]] = []
+                room = min(PAGE_URLS, window - (sent - taken))
+                while not exhausted and len(batch) < room:
+                    try:
+                        position, url = next(source)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    if not isinstance(url, str):
+                        raise TypeError(f"URLs must be str, got {type(url).__name__}")
+                    batch.append((position, url))
+                if batch:
+                    self._send(call, batch)
+                    sent += len(batch)
+                    if len(batch) == PAGE_URLS and not exhausted:
+                        continue  # more to send while there is room
+                if exhausted and taken == sent:
+                    return
+                if self.error is not None and call.results.empty():
+                    raise BulkfetchError(f"the client's loop stopped: {self.error}")
+                urls = call.urls
+                for position, result in call.results.get():
+                    url = urls.pop(position)
+                    if ordered:  # (what waits for its turn counts as in hand: bounded)
+                        waiting[position] = (url, result)
+                        while taken in waiting:
+                            url, result = waiting.pop(taken)
+                            taken += 1
+                            yield self._outcome(url, result, errors)
+                    else:
+                        taken += 1
+                        if isinstance(result, FetchError) and errors == "raise":
+                            raise result
+                        yield url, result
+        finally:
+            self.calls.pop(call.number, None)
+
+    @staticmethod
+    def _outcome(url: str, result: bytes | FetchError,
+                 errors: str) -> tuple[str, bytes | FetchError]:
+        if isinstance(result, FetchError) and errors == "raise":
+            raise result
+        return url, result
+
+    def get(self, url: str) -> bytes:
+        """The body of `url`; raises FetchError when it cannot be fetched."""
+        for _, body in self.get_many((url,)):
+            return body  # type: ignore[return-value]
+        raise AssertionError("unreachable: get_many yields once per URL")
+
+    async def aget_many(self, urls: Iterable[str], *, ordered: bool = False,
+                        errors: Literal["raise", "return"] = "raise",
+                        ) -> AsyncIterator[tuple[str, bytes | FetchError]]:
+        """get_many() for asyncio: `async for url, body in client.aget_many(urls)`. The
+        waiting happens on a worker thread; the event loop stays free."""
+        results = self.get_many(urls, ordered=ordered, errors=errors)
+        done = object()
+        try:
+            while True:
+                item = await asyncio.to_thread(next, results, done)
+                if item is done:
+                    return
+                yield item  # type: ignore[misc]
+        finally:
+            await asyncio.to_thread(results.close)
+
+    async def aget(self, url: str) -> bytes:
+        return await asyncio.to_thread(self.get, url)
+
+    def close(self) -> None:
+        """Stop the loop (transfers in flight are dropped); the Client cannot be used after."""
+        if not self.closed:
+            self.closed = True
+            self.inbox.put(None)
+            self.thread.join()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,132 @@
+"""bulkfetch.Client against the reference server (issue 24): every body byte-exact through
+faults, in arrival order and in the order given, failures raised or returned with their
+reason, calls from several threads and from asyncio sharing one loop, a body above the
+in-memory limit, and a consumer that stops early."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from pathlib import Path
+
+import pytest
+from getkit import dataset
+
+from bulkfetch import Client, FetchError
+
+FILES = 3000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    from bulkfetch.testing import ReferenceServer
+
+    with ReferenceServer("--files", str(FILES), "--fail-rate", "0.03", "--reset-rate",
+                         "0.01", "--deny-rate", "0.01", "--latency", "0-5") as started:
+        yield started
+
+
+def expected() -> dict[str, str]:
+    ds = dataset(FILES)
+    return {ds.name(i): hashlib.md5(ds.body(i)).hexdigest() for i in range(FILES)}
+
+
+def urls_of(server, names) -> list[str]:  # type: ignore[no-untyped-def]
+    return [f"{server.url}/get/{name}" for name in names]
+
+
+def test_get_many_returns_every_body_or_its_failure(server) -> None:  # type: ignore[no-untyped-def]
+    want = expected()
+    urls = urls_of(server, want)
+    with Client(retries=8) as client:
+        got = list(client.get_many(urls, errors="return"))
+    assert sorted(url for url, _ in got) == sorted(urls)  # each URL once
+    failed = {url: result for url, result in got if isinstance(result, FetchError)}
+    for url, body in got:
+        if url not in failed:
+            assert hashlib.md5(body).hexdigest() == want[url.rsplit("/", 1)[1]]  # type: ignore[arg-type]
+    # --deny-rate 0.01: those names fail every attempt, with the status as the reason
+    assert 0 < len(failed) < FILES * 0.03
+    assert all("HTTP 4" in error.reason and error.url == url for url, error in failed.items())
+
+
+def test_ordered_yields_in_the_order_given(server) -> None:  # type: ignore[no-untyped-def]
+    names = list(expected())[:500][::-1]
+    urls = urls_of(server, names)
+    with Client(window=64) as client:  # a window smaller than the call: sent as taken
+        got = [url for url, _ in client.get_many(urls, ordered=True, errors="return")]
+    assert got == urls
+
+
+def test_a_failure_raises_by_default(server) -> None:  # type: ignore[no-untyped-def]
+    with Client() as client:
+        with pytest.raises(FetchError) as caught:
+            client.get(f"{server.url}/get/no-such-file")
+        assert "HTTP 404" in str(caught.value)
+        name = next(iter(expected()))
+        assert hashlib.md5(client.get(f"{server.url}/get/{name}")).hexdigest() == \
+            expected()[name]
+
+
+def test_calls_from_threads_and_asyncio_share_one_client(server) -> None:  # type: ignore[no-untyped-def]
+    want = expected()
+    names = list(want)
+    results: dict[int, dict[str, bytes]] = {}
+
+    def take(number: int) -> None:
+        part = names[number::4]
+        results[number] = {url: body for url, body in client.get_many(
+            urls_of(server, part), errors="return") if isinstance(body, bytes)}
+
+    async def from_asyncio() -> dict[str, bytes]:
+        return {url: body async for url, body in client.aget_many(
+            urls_of(server, names[3::4]), errors="return") if isinstance(body, bytes)}
+
+    with Client() as client:
+        threads = [threading.Thread(target=take, args=(n,)) for n in range(3)]
+        for thread in threads:
+            thread.start()
+        results[3] = asyncio.run(from_asyncio())
+        for thread in threads:
+            thread.join(timeout=120)
+    total = 0
+    for got in results.values():
+        for url, body in got.items():
+            assert hashlib.md5(body).hexdigest() == want[url.rsplit("/", 1)[1]]
+        total += len(got)
+    assert total > FILES * 0.97
+
+
+def test_a_consumer_that_stops_early_leaves_the_client_usable(server) -> None:  # type: ignore[no-untyped-def]
+    names = list(expected())
+    with Client(window=32) as client:
+        for count, _ in enumerate(client.get_many(urls_of(server, names), errors="return")):
+            if count == 10:
+                break
+        name = names[-1]
+        assert hashlib.md5(client.get(f"{server.url}/get/{name}")).hexdigest() == \
+            expected()[name]
+
+
+def test_a_body_above_the_memory_limit(reference_server, tmp_path: Path) -> None:
+    big = reference_server("--files", "2", "--file-size", "3m")
+    ds = dataset(2)
+    with Client(spool_above=1 << 20) as client:
+        body = client.get(f"{big.url}/get/{ds.name(1)}")
+    assert len(body) == 3 << 20
+    from bulkfetch.server.dataset import SyntheticDataSet
+    from bulkfetch.server.sizes import parse_size_spec
+
+    big_ds = SyntheticDataSet(2, 1000, 0, parse_size_spec("3m"), False)
+    assert hashlib.md5(body).hexdigest() == hashlib.md5(big_ds.body(1)).hexdigest()
+
+
+def test_bad_arguments_are_clear(server) -> None:  # type: ignore[no-untyped-def]
+    with Client() as client:
+        with pytest.raises(ValueError, match="errors must be"):
+            list(client.get_many([], errors="ignore"))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="URLs must be str"):
+            list(client.get_many([b"http://x/"]))  # type: ignore[list-item]
+    with pytest.raises(Exception, match="closed"):
+        list(client.get_many([f"{server.url}/get/x"]))
