@@ -12,7 +12,8 @@ study's asyncio + aiohttp downloader in memory and writing files. CPU per file i
 of each row's whole process tree; files/s compares only within this run. An unmeasured pass
 of the bare loop warms nginx first. The bare loop and the null and tar sinks run first, in
 rounds of their own (--paired-rounds); then the other rows (--repeat), those that create files
-each on a new filesystem where root may make one (bulkfetch.bench.scratch says why). Within
+each on a new filesystem where root may make one (bulkfetch.bench.scratch says why), and
+the tar row on one of its own as well. Within
 each group every other round runs in reverse order (ABBA, so a drift of the machine's speed
 falls on both sides of a comparison); the table shows each row's median and every round's
 CPU per file.
@@ -68,8 +69,12 @@ BARE_BESIDE = "bare pycurl loop (beside the file rows)"
 # least any downloader pays for the directory sink's promise that a file appears only whole.
 RENAMED = "bare create loop, renamed into place (files)"
 # The rows that create files, each with the directory a new filesystem is mounted on for it.
+# The tar row too: its shards' writes cost more on a filesystem where many files were just
+# deleted (ext4 with discard), by as much as 1.08 against 1.25-1.3x the null row's CPU a file
+# on this machine within the hour, with either tree (benchmarks/results/2026-11-26-session21).
 FILE_ROWS = {"bare create loop (files)": "fs-c", RENAMED: "fs-r",
-             "bulkfetch dir, 1 worker": "fs-d", "asyncio+aiohttp (files)": "fs-a"}
+             "bulkfetch dir, 1 worker": "fs-d", "asyncio+aiohttp (files)": "fs-a",
+             "bulkfetch tar, 1 worker": "fs-t"}
 
 
 @dataclass
@@ -193,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         ("bulkfetch null, 1 worker", [*bulkfetch, "get", base, str(work / "dn"), "--workers",
                                       "1", "--sink", "null", "-q", *fixed, "--report",
                                       str(work / "rn.json")], "report"),
-        ("bulkfetch tar, 1 worker", [*bulkfetch, "get", base, str(work / "dt"), "--workers",
+        ("bulkfetch tar, 1 worker", [*bulkfetch, "get", base, str(work / "fs-t" / "dt"),
+                                     "--workers",
                                      "1", "--sink", "tar", "-q", *fixed, "--report",
                                      str(work / "rt.json")], "tar"),
     ]
@@ -213,9 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             ("asyncio+aiohttp (files)", [*baselines, "asyncio", base, str(n),
                                          str(work / "fs-a" / "da")], "count"),
         ]
-    filesystems = FreshFilesystems(work) if not args.no_dir else None
-    if filesystems is not None:
-        log(filesystems.note)
+    filesystems = FreshFilesystems(work)
+    log(filesystems.note)
     # The rows that write files run after every round of the paired rows, so that file-system
     # work they leave behind (journal, discard, writeback) cannot fall on the rows the main
     # bars compare.
@@ -232,10 +237,10 @@ def main(argv: list[str] | None = None) -> int:
                 if phase:
                     log(f"round {attempt + 1} of {repeat}: {len(phase)} rows")
                 for label, command, check in phase[::-1] if attempt % 2 else phase:
-                    settle(work / "dn", work / "dt")
+                    settle(work / "dn")
                     log(f"  {label} ...")
                     with (filesystems.row(work / FILE_ROWS[label], n)
-                          if filesystems and label in FILE_ROWS else contextlib.nullcontext()):
+                          if label in FILE_ROWS else contextlib.nullcontext()):
                         measured = run_measured(command)
                         if check == "count":
                             verified = verify_count(measured, n)
@@ -244,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                         elif check == "tar":
                             verified = verify_report(work / "rt.json", n)
                             if verified.startswith("yes"):
-                                verified = verify_tar(work / "dt", export, n)
+                                verified = verify_tar(work / "fs-t" / "dt", export, n)
                         else:
                             verified = verify_dir(work / "fs-d" / "dd", export, n)
                     row = rows[label]
@@ -254,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         nginx.stop()
         shutil.rmtree(work, ignore_errors=True)
-    placement = place.note if filesystems is None else f"{place.note}; {filesystems.note}"
+    placement = f"{place.note}; {filesystems.note}"
     placement += f"; tar packer: {PACKER_NOTE}"
     print(table(list(rows.values()), n, placement, args.repeat, paired_rounds))
     print(checks(rows))
