@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from bulkfetch.errors import BulkfetchError
 from bulkfetch.models import Page, PageReport
+from bulkfetch.sinks.null import NullSink
 
 __all__ = ["Client", "FetchError"]
 
@@ -87,9 +88,9 @@ class _Source:
         return item, found.urls[int(position)]
 
 
-class _Deliver:
+class _Deliver(NullSink):
     """The Fetcher's sink: each body, and each failure once its page reports it, goes to
-    the call that asked for it."""
+    the call that asked for it. (Nothing to make durable: the rest is the null sink's.)"""
 
     def __init__(self, calls: dict[int, _Call]) -> None:
         self.calls = calls
@@ -117,17 +118,13 @@ class _Deliver:
     def begin_page(self, seq: int, names: Sequence[str] = ()) -> Any:
         return self._write
 
-    def skip(self, seq: int, name: str) -> None:
-        pass  # its Failure, with the reason, comes with the page's report
+    # skip(): a failure's reason comes with its page's report (end_page)
 
-    def open_spool(self, name: str) -> _MemorySpool:
+    def open_spool(self, name: str) -> _MemorySpool:  # type: ignore[override]
         return _MemorySpool()
 
-    def open_partial(self, key: str) -> None:
-        return None
-
-    def store_spool(self, seq: int, name: str, spool: _MemorySpool, size: int,
-                    md5: str) -> None:
+    def store_spool(self, seq: int, name: str, spool: _MemorySpool,  # type: ignore[override]
+                    size: int, md5: str) -> None:
         self._put(name, b"".join(spool.chunks))
         spool.discard()
 
@@ -139,15 +136,6 @@ class _Deliver:
                 url = found.urls.get(int(position), failure.url)
                 self._put(failure.name, FetchError(url, failure.reason, failure.attempts))
         return [report]
-
-    def ready(self) -> list[PageReport]:
-        return []
-
-    def flush(self) -> list[PageReport]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 class Client:

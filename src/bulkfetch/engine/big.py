@@ -242,7 +242,7 @@ class BigFiles:
         body.status = status
         if status in (429, 503):
             body.retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
-        body.announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
+        body.announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD_T)
         spooling.restore(handle, chunks, self.spool_above)
         if isinstance(body, Part):
             if fetcher.base_headers:  # the source's own headers stay (S3: signing)

@@ -618,7 +618,7 @@ class Fetcher:
 
     @staticmethod
     def _short(handle: pycurl.Curl, body: bytes) -> str | None:
-        announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD)
+        announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD_T)
         if announced >= 0 and announced != len(body):
             return f"body of {len(body)} bytes, Content-Length {int(announced)}"
         return None
