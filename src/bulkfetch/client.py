@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from bulkfetch.errors import BulkfetchError
+from bulkfetch.memcache import MemoryCache
 from bulkfetch.models import Page, PageReport
 from bulkfetch.sinks.null import NullSink
 
@@ -145,20 +146,26 @@ class Client:
     `concurrency` ("auto" or a number), `max_concurrency`, `per_host`, `max_rps`,
     `limit_rate`, `retries`, `max_retry_wait`, `connect_timeout`, `idle_timeout`,
     `total_timeout`, `min_speed`, `verify`, `ca_bundle`, `insecure`. `window`: at most this
-    many URLs of one call in hand at once (sent to the loop, not yet taken).
+    many URLs of one call in hand at once (sent to the loop, not yet taken). `cache_bytes`:
+    keep bodies in memory up to this many bytes (least recently used dropped first), each
+    for `cache_ttl` seconds (None: until dropped); a URL kept is answered without a
+    request. `client.cache` has the counts (hits, misses).
 
         with bulkfetch.Client() as client:
             for url, body in client.get_many(urls):
                 ...
     """
 
-    def __init__(self, *, window: int = 8192, **options: Any) -> None:
+    def __init__(self, *, window: int = 8192, cache_bytes: int = 0,
+                 cache_ttl: float | None = None, **options: Any) -> None:
         from bulkfetch.api import build_options
         from bulkfetch.engine.fetcher import Fetcher
 
         if window < 1:
             raise ValueError("window must be at least 1")
         self.window = window
+        self.cache = MemoryCache(cache_bytes, cache_ttl) if cache_bytes else None
+        self.requested = 0  # URLs handed to the loop (a cache hit, or a repeat, is not)
         self.options = build_options("bulkfetch.Client", os.devnull, workers=1, **options)
         self.calls: dict[int, _Call] = {}
         self.numbers = itertools.count()
@@ -211,6 +218,7 @@ class Client:
         for position, url in batch:
             call.urls[position] = url
         names = tuple(f"{call.number}-{position}" for position, _ in batch)
+        self.requested += len(batch)
         self.inbox.put(Page(next(self.pages), None, names))
 
     # -- the caller's side ---------------------------------------------------------------
@@ -236,11 +244,34 @@ class Client:
         exhausted = False
         # ordered=True: what arrived ahead of its turn, by position
         waiting: dict[int, tuple[str, bytes | FetchError]] = {}
+        cache = self.cache
+        # With a cache, a URL already on its way for this call is not asked for again: its
+        # later positions wait for the same answer (url -> those positions).
+        coming: dict[str, list[int]] = {}
+
+        def drain() -> Iterator[tuple[str, bytes | FetchError]]:
+            """ordered=True: what is next in the order given, as far as it has arrived."""
+            nonlocal taken
+            while taken in waiting:
+                url, result = waiting.pop(taken)
+                taken += 1
+                yield self._outcome(url, result, errors)
+
+        def arrived(position: int, url: str, result: bytes | FetchError,
+                    ) -> Iterator[tuple[str, bytes | FetchError]]:
+            nonlocal taken
+            if ordered:  # (what waits for its turn counts as in hand: bounded)
+                waiting[position] = (url, result)
+                yield from drain()
+            else:
+                taken += 1
+                yield self._outcome(url, result, errors)
+
         try:
             while True:
                 batch: list[tuple[int, str]] = []
-                room = min(PAGE_URLS, window - (sent - taken))
-                while not exhausted and len(batch) < room:
+                while not exhausted and len(batch) < PAGE_URLS and \
+                        sent + len(batch) - taken < window:
                     try:
                         position, url = next(source)
                     except StopIteration:
@@ -248,7 +279,19 @@ class Client:
                         break
                     if not isinstance(url, str):
                         raise TypeError(f"URLs must be str, got {type(url).__name__}")
-                    batch.append((position, url))
+                    if cache is None:
+                        batch.append((position, url))
+                        continue
+                    kept = cache.get(url)
+                    if kept is not None:
+                        sent += 1  # answered at once, without a request
+                        yield from arrived(position, url, kept)
+                    elif url in coming:
+                        sent += 1  # answered with the request already on its way
+                        coming[url].append(position)
+                    else:
+                        coming[url] = []
+                        batch.append((position, url))
                 if batch:
                     self._send(call, batch)
                     sent += len(batch)
@@ -261,17 +304,18 @@ class Client:
                 urls = call.urls
                 for position, result in call.results.get():
                     url = urls.pop(position)
-                    if ordered:  # (what waits for its turn counts as in hand: bounded)
-                        waiting[position] = (url, result)
-                        while taken in waiting:
-                            url, result = waiting.pop(taken)
-                            taken += 1
-                            yield self._outcome(url, result, errors)
-                    else:
+                    if cache is not None:
+                        if isinstance(result, bytes):
+                            cache.put(url, result)
+                        for later in coming.pop(url, ()):
+                            yield from arrived(later, url, result)
+                    elif not ordered:  # the plain case, inline: it runs once per body
                         taken += 1
                         if isinstance(result, FetchError) and errors == "raise":
                             raise result
                         yield url, result
+                        continue
+                    yield from arrived(position, url, result)
         finally:
             self.calls.pop(call.number, None)
 

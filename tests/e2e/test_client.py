@@ -130,3 +130,31 @@ def test_bad_arguments_are_clear(server) -> None:  # type: ignore[no-untyped-def
             list(client.get_many([b"http://x/"]))  # type: ignore[list-item]
     with pytest.raises(Exception, match="closed"):
         list(client.get_many([f"{server.url}/get/x"]))
+
+
+def test_the_memory_cache_answers_without_a_request_until_the_ttl(reference_server) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    quiet = reference_server("--files", "200", access_log=True)
+    names = [dataset(200).name(i) for i in range(200)]
+    urls = urls_of(quiet, names)
+
+    def asked() -> int:
+        return sum(1 for r in quiet.requests() if r.target.startswith("/get/"))
+
+    with Client(cache_bytes=1 << 20, cache_ttl=1.5) as client:
+        first = dict(client.get_many(urls[:100]))
+        assert asked() == 100
+        # half kept, half new, in the order given: only the new half is asked for
+        again = [url for url, _ in client.get_many(urls[50:150], ordered=True)]
+        assert again == urls[50:150] and asked() == 150
+        assert dict(client.get_many(urls[:100])) == first and asked() == 150
+        assert client.cache is not None and client.cache.hits == 150
+        time.sleep(1.6)  # past the time to live: asked again
+        assert dict(client.get_many(urls[:10])) == {url: first[url] for url in urls[:10]}
+        assert asked() == 160
+        # one URL many times in one call: one request, every position answered
+        repeated = [urls[199]] * 50 + [urls[198]] * 50
+        got = [body for _, body in client.get_many(repeated, ordered=True)]
+        assert asked() == 162 and len(got) == 100 and got[0] != got[99]
+        assert client.requested == 162
