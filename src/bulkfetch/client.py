@@ -204,14 +204,18 @@ class Client:
                 fetcher.step(STEP_S)
                 fetcher.take_fetched()
                 self.deliver.hand_over()
-        except BaseException as exc:  # the loop is gone: every waiting call must hear it
+        except BaseException as exc:
             self.error = exc
-            self.deliver.out.clear()  # (what it held is reported lost with the rest)
+        finally:
+            # The loop is gone (closed, or failed): a call waiting in another thread must
+            # hear it, not wait for ever. What was not handed over is lost with the rest.
+            if self.error is None:
+                self.error = BulkfetchError("the Client was closed")
+            self.deliver.out.clear()
             for call in list(self.calls.values()):
                 call.results.put([(position, FetchError(
-                    url, f"the client's loop stopped: {exc}", 0))
+                    url, f"the client's loop stopped: {self.error}", 0))
                     for position, url in list(call.urls.items())])
-        finally:
             self.fetcher.close()
 
     def _send(self, call: _Call, batch: list[tuple[int, str]]) -> None:

@@ -158,3 +158,29 @@ def test_the_memory_cache_answers_without_a_request_until_the_ttl(reference_serv
         got = [body for _, body in client.get_many(repeated, ordered=True)]
         assert asked() == 162 and len(got) == 100 and got[0] != got[99]
         assert client.requested == 162
+
+
+def test_close_answers_a_call_waiting_in_another_thread(reference_server) -> None:  # type: ignore[no-untyped-def]
+    slow = reference_server("--files", "50", "--latency", "2000")
+    urls = urls_of(slow, [dataset(50).name(i) for i in range(50)])
+    outcome: list[object] = []
+    client = Client()
+
+    def take() -> None:
+        try:
+            outcome.append(list(client.get_many(urls, errors="return")))
+        except Exception as exc:  # what the call ends with is the point
+            outcome.append(exc)
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    import time
+
+    time.sleep(0.3)  # the call is waiting on answers 2 s away
+    client.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "a call waited for ever on a closed Client"
+    got = outcome[0]
+    assert isinstance(got, list) and len(got) == 50
+    assert all(isinstance(result, FetchError) and "closed" in result.reason
+               for _, result in got)
