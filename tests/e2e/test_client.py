@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -133,8 +134,6 @@ def test_bad_arguments_are_clear(server) -> None:  # type: ignore[no-untyped-def
 
 
 def test_the_memory_cache_answers_without_a_request_until_the_ttl(reference_server) -> None:  # type: ignore[no-untyped-def]
-    import time
-
     quiet = reference_server("--files", "200", access_log=True)
     names = [dataset(200).name(i) for i in range(200)]
     urls = urls_of(quiet, names)
@@ -174,8 +173,6 @@ def test_close_answers_a_call_waiting_in_another_thread(reference_server) -> Non
 
     thread = threading.Thread(target=take, daemon=True)
     thread.start()
-    import time
-
     time.sleep(0.3)  # the call is waiting on answers 2 s away
     client.close()
     thread.join(timeout=30)

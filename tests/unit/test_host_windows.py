@@ -39,9 +39,12 @@ def test_a_host_at_its_limit_waits_while_another_goes_on() -> None:
     assert gate.next_wake() is None  # only a transfer ending wakes a full host
     assert gate.release() == []
     gate.done(transfer(A, 0)[2])
+    gate.done(transfer(A, 1)[2])
+    assert len(gate.wake) == 1  # looked at once, however many of its transfers end
     assert gate.release() == [(held, False)]
     assert gate.admit(held)  # counted once, at its release
-    assert windows.busy[A] == 4 and not gate.admit(transfer(A, 5))
+    assert windows.busy[A] == 3 and gate.admit(transfer(A, 5))
+    assert not gate.admit(transfer(A, 6))
 
 
 def test_congestion_lowers_only_its_hosts_limit() -> None:

@@ -333,13 +333,13 @@ class Fetcher:
     def _look_for_hosts(self, ready: list[tuple[str, str]]) -> None:
         """--concurrency auto: on the second host, a controller per host (host_windows.py).
         The first keeps what the worker's controller learned of it."""
-        for _, url in ready:
-            host = host_of(url)
-            if self.first_host is None:
-                self.first_host = host
-            elif host != self.first_host:
-                break
-        else:
+        if not ready:
+            return
+        if self.first_host is None:
+            self.first_host = host_of(ready[0][1])
+        first = self.first_host
+        prefix = first + "/"  # one C call a URL in the usual case, not host_of()'s slicing
+        if all(url.startswith(prefix) or host_of(url) == first for _, url in ready):
             return
         controller = self.controller
         assert controller is not None

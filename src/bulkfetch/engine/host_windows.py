@@ -111,10 +111,6 @@ class HostWindows:
         if controller is not None and not controller.cap and controller.limit == self.start:
             del self.controllers[host]
 
-    def limits(self) -> tuple[tuple[str, int], ...]:
-        """(host, limit) of every host with a controller of its own."""
-        return tuple(sorted((host, c.limit) for host, c in self.controllers.items()))
-
     def clear(self) -> None:
         """Nothing is in flight any more (the fetcher abandoned its work)."""
         self.busy.clear()

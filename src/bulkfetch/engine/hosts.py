@@ -131,6 +131,7 @@ class HostGate:
         # (held here, so no other object can take the id meanwhile)
         self.passed: dict[int, tuple[Any, ...]] = {}
         self.windows: HostWindows | None = None  # per-host limits, once set (see above)
+        self.full: set[str] = set()  # parked hosts waiting for one of theirs to end
 
     def pause(self, url: str, seconds: float) -> None:
         """No new request to `url`'s host for `seconds` from now."""
@@ -160,9 +161,16 @@ class HostGate:
             return True
         self.parked[host] = deque([(transfer, big)])
         self.count += 1
-        if delay is not _FULL:
-            heapq.heappush(self.wake, (self.clock() + delay, host))
+        self._wake_at(host, delay)
         return False
+
+    def _wake_at(self, host: str, delay: float) -> None:
+        """Look at parked `host` again after `delay`; a host at its limit in flight is
+        looked at when it no longer is (done(), wake_hosts())."""
+        if delay is _FULL:
+            self.full.add(host)
+        else:
+            heapq.heappush(self.wake, (self.clock() + delay, host))
 
     def _delay(self, host: str) -> float:
         """Seconds until `host` may be asked; 0.0 and one request counted when now."""
@@ -232,13 +240,15 @@ class HostGate:
         (per-host limits only: the fetcher calls this once it set `windows`)."""
         host = host_of(url)
         self.windows.ended(host)  # type: ignore[union-attr]
-        if host in self.parked:
-            heapq.heappush(self.wake, (0.0, host))
+        if host in self.full:
+            self.wake_hosts((host,))
 
-    def wake_hosts(self, hosts: list[str]) -> None:
-        """These hosts' limits rose: their parked transfers may start."""
+    def wake_hosts(self, hosts: Iterable[str]) -> None:
+        """These hosts may have room again (one of theirs ended, or their limit rose):
+        those parked at their limit are looked at now, once."""
         for host in hosts:
-            if host in self.parked:
+            if host in self.full:
+                self.full.discard(host)
                 heapq.heappush(self.wake, (0.0, host))
 
     def release(self) -> list[tuple[tuple[Any, ...], bool]]:
@@ -256,7 +266,9 @@ class HostGate:
             while waiting:
                 delay = self._delay(host)
                 if delay > 0.0:
-                    if delay is not _FULL:  # (a full host is woken by done())
+                    if delay is _FULL:
+                        self.full.add(host)
+                    else:
                         later.append((now + delay, host))
                     break
                 item = waiting.popleft()
@@ -281,6 +293,7 @@ class HostGate:
         self.parked.clear()
         self.wake.clear()
         self.passed.clear()
+        self.full.clear()
         self.count = 0
         if self.windows is not None:
             self.windows.clear()
