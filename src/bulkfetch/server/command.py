@@ -11,6 +11,7 @@ import click
 from bulkfetch.errors import UsageError
 
 MAX_RPS = 10_000_000  # as server.limits.MAX_RPS (not imported: the server loads when it runs)
+MAX_EPOCH = 1000  # as server.dataset.MAX_EPOCH, for the same reason
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -104,6 +105,22 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
               help="Mix TEXT into every synthetic file's body, ETag and Last-Modified: restart "
                    "with another TEXT and every file has changed (names and list tokens stay); "
                    "If-Range with an old ETag gets 200 and the new body. Not with --root.")
+@click.option("--epoch", type=click.IntRange(1, MAX_EPOCH), default=1, show_default=True,
+              metavar="N",
+              help="Serve the synthetic files as they are in epoch N: in each epoch 2..N, each "
+                   "file changes with probability --mutate-rate, decided by (seed, file, "
+                   "epoch), so restarting with a higher N changes a reproducible share of the "
+                   "files (body, ETag and Last-Modified; sizes and names stay) and leaves the "
+                   "rest byte for byte as they were. Epoch 1 is the unchanged data set. With "
+                   "a larger --files too, the new names come after the others, which stay. "
+                   "Not with --root.")
+@click.option("--mutate-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              metavar="P",
+              help="With --epoch: the share of files that change in each epoch after the first. "
+                   "A file last changed in epoch V has a new body of the same size, its MD5 as "
+                   "ETag and a Last-Modified V-1 days after the original's, so If-None-Match "
+                   "and If-Modified-Since both see the change. 0, or --epoch 1: nothing "
+                   "changes.")
 @click.option("--s3", "s3", is_flag=True,
               help="Also serve the data set as an S3 bucket, path style: ListObjectsV2 and V1 "
                    "(prefix, delimiter, start-after, continuation-token, max-keys, "
@@ -151,7 +168,8 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
           overlong_rate: float, redirect_rate: float, redirect_to: str, encoding_rate: float,
           deny_rate: float, stale_rate: float, huge_page: int | None, hostile_names: bool,
           bad_pages: str | None, digest_header: bool, bandwidth: str | None,
-          ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, s3: bool,
+          ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, epoch: int,
+          mutate_rate: float, s3: bool,
           s3_bucket: str, s3_credentials: str | None, s3_session_token: str | None,
           list_latency: str | None, max_concurrent: int | None, max_rps: int | None, host: str,
           port: int, processes: int | None, access_log: str | None,
@@ -211,6 +229,8 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
             ignore_ranges=ignore_ranges,
             wrong_content_range=wrong_content_range,
             etag_salt=etag_salt,
+            epoch=epoch,
+            mutate_rate=mutate_rate,
             s3_bucket=s3_bucket if s3 else None,
             s3_credentials=s3_credentials,
             s3_session_token=s3_session_token,

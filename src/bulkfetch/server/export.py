@@ -9,6 +9,10 @@ client rather than the server. What DIR holds:
     pages/next/<token>    the page each NextMarker token addresses (tokens are base64url)
     etags.map             nginx map $uri -> quoted MD5; nginx cannot hash, and a name missing
                           from the map is answered 404 like an unknown name
+    modified.map          nginx map entries $uri -> Last-Modified of a 304 (one nginx makes
+                          itself carries only headers added to it), for each file that
+                          --epoch/--mutate-rate changed; the rest have the data set's,
+                          the map's default in nginx.conf
     nginx.conf            run with: nginx -c DIR/nginx.conf -g 'daemon off;'
     run/                  pid, error log and nginx's temp directories
 
@@ -63,7 +67,8 @@ def export_static(options: ServeOptions, directory: str, progress: bool = False)
     progress on stderr and, at the end, how to run nginx on stdout."""
     _refuse_dynamic_behaviour(options)
     dataset = SyntheticDataSet(options.files, options.page_size, options.seed,
-                               options.file_size, options.nested, salt=options.etag_salt)
+                               options.file_size, options.nested, salt=options.etag_salt,
+                               epoch=options.epoch, mutate_rate=options.mutate_rate)
     root = _prepare(Path(directory).absolute(), dataset)
     port = options.port or _free_port(options.host)
     list_port = None
@@ -72,9 +77,10 @@ def export_static(options: ServeOptions, directory: str, progress: bool = False)
         while list_port == port:
             list_port = _free_port(options.host)
     meter = _Meter(options.files, sys.stderr if progress else None)
-    with open(root / "etags.map", "w", encoding="ascii") as etags:
+    with (open(root / "etags.map", "w", encoding="ascii") as etags,
+          open(root / "modified.map", "w", encoding="ascii") as modified):
         etags.write("map $uri $bulkfetch_etag {\n    default \"\";\n")
-        pages = _write_pages_and_files(dataset, root, etags, meter)
+        pages = _write_pages_and_files(dataset, root, etags, modified, meter)
         etags.write("}\n")
     config = root / "nginx.conf"
     config.write_text(_nginx_conf(root, options, dataset, port, list_port), encoding="utf-8")
@@ -159,9 +165,10 @@ def _free_port(host: str) -> int:
 
 # -- data -------------------------------------------------------------------------------------
 def _write_pages_and_files(
-    dataset: SyntheticDataSet, root: Path, etags: TextIO, meter: _Meter
+    dataset: SyntheticDataSet, root: Path, etags: TextIO, modified: TextIO, meter: _Meter
 ) -> int:
-    """Walk the listing as a client would, writing each page and the files it names.
+    """Walk the listing as a client would, writing each page and the files it names, their
+    ETags and (for changed files only: the rest share the map's default) Last-Modified.
     Returns the number of pages."""
     codec = TokenCodec(dataset.identity)
     files_dir = str(root / "files")
@@ -184,6 +191,8 @@ def _write_pages_and_files(
                 made_dirs.add(parent)
             etag = _write_body(path, entry)
             etags.write(f"    {GET_PREFIX}{name} '{etag}';\n")
+            if entry.last_modified != dataset.last_modified:
+                modified.write(f"    {GET_PREFIX}{name} '{http_date(entry.last_modified)}';\n")
             meter.advance(entry.size)
         if following is None:
             return pages
@@ -261,6 +270,8 @@ def _list_command(options: ServeOptions, list_port: int) -> str:
         words.append("--nested")
     if options.etag_salt:
         words += ["--etag-salt", options.etag_salt]
+    if options.epoch > 1 or options.mutate_rate > 0:  # the listing states ETags of the epoch
+        words += ["--epoch", str(options.epoch), "--mutate-rate", repr(options.mutate_rate)]
     low, high = options.list_latency_ms
     if high > 0:
         words += ["--list-latency", f"{low:g}" if low == high else f"{low:g}-{high:g}"]
@@ -355,6 +366,10 @@ http {{
     map_hash_max_size {max_size};
     map_hash_bucket_size {bucket_size};
     include {_nginx_string(str(root / "etags.map"))};
+    map $uri $bulkfetch_modified {{
+        default {_nginx_string(http_date(dataset.last_modified))};
+        include {_nginx_string(str(root / "modified.map"))};
+    }}
 {upstream}
     # $arg_next-marker cannot be written (the hyphen ends the name), so match the query.
     map $args $bulkfetch_page {{
@@ -386,7 +401,7 @@ http {{
             # exact match here.
             if ($http_if_none_match = $bulkfetch_etag) {{
                 add_header ETag $bulkfetch_etag always;
-                add_header Last-Modified {_nginx_string(http_date(dataset.last_modified))} always;
+                add_header Last-Modified $bulkfetch_modified always;
                 return 304;
             }}
             add_header ETag $bulkfetch_etag always;

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 
 from bulkfetch.errors import UsageError
 from bulkfetch.server.app import App
-from bulkfetch.server.dataset import DataSet, SyntheticDataSet
+from bulkfetch.server.dataset import MAX_EPOCH, DataSet, SyntheticDataSet
 from bulkfetch.server.faults import Attempts, FaultConfig, FaultPlan
 from bulkfetch.server.hostile import BAD_PAGE_KINDS, BadPages, HostileNames, HugeFirstPage
 from bulkfetch.server.limits import MAX_RPS
@@ -40,6 +41,10 @@ class ServeOptions:
     ignore_ranges: bool = False  # every ranged GET is answered 200 with the whole body
     wrong_content_range: bool = False  # a ranged GET gets another range than it asked for
     etag_salt: str = ""  # mixed into every synthetic body, ETag and Last-Modified
+    # What `get --sync` is tested against (issue 24): in each epoch 2..epoch this share of
+    # the synthetic files change body, ETag and Last-Modified (dataset.py's docstring)
+    epoch: int = 1
+    mutate_rate: float = 0.0
     # The data set as an S3 bucket too (server/s3app.py); None: the seed API only.
     s3_bucket: str | None = None
     s3_credentials: str | None = None  # "KEY:SECRET": S3 requests must be signed with it
@@ -83,6 +88,10 @@ class ServeOptions:
             self.etag_salt.encode("utf-8")
         except UnicodeEncodeError:
             raise UsageError("--etag-salt must be valid UTF-8 text") from None
+        if not 1 <= self.epoch <= MAX_EPOCH:
+            raise UsageError(f"--epoch must be 1..{MAX_EPOCH:,}, got {self.epoch}")
+        if not (math.isfinite(self.mutate_rate) and 0.0 <= self.mutate_rate <= 1.0):
+            raise UsageError(f"--mutate-rate must be between 0 and 1, got {self.mutate_rate}")
         if self.s3_bucket is not None:
             from bulkfetch.server.s3app import check_bucket_name
 
@@ -108,6 +117,9 @@ class ServeOptions:
             if self.etag_salt:
                 raise UsageError("--etag-salt changes synthetic files; with --root, change "
                                  "the files themselves")
+            if self.epoch > 1 or self.mutate_rate > 0:
+                raise UsageError("--epoch and --mutate-rate change synthetic files; with "
+                                 "--root, change the files themselves")
             if not os.path.isdir(self.root):
                 raise UsageError(f"--root {self.root!r} is not a directory")
             if self.hostile_names or self.bad_pages:
@@ -121,11 +133,18 @@ class ServeOptions:
             first = min(self.huge_page, self.files)
             rest = -(-(self.files - first) // self.page_size)
             return (f"{self.files:,} files, a first page of {first:,} and {rest:,} "
-                    f"of {self.page_size:,}, {self.file_size.describe()}, seed {self.seed}")
+                    f"of {self.page_size:,}, {self.file_size.describe()}, seed {self.seed}"
+                    f"{self._describe_epoch()}")
         pages = max(1, -(-self.files // self.page_size))
         return (f"{self.files:,} files, {pages:,} page{'s' if pages != 1 else ''} "
                 f"of {self.page_size:,}, "
-                f"{self.file_size.describe()}, seed {self.seed}")
+                f"{self.file_size.describe()}, seed {self.seed}{self._describe_epoch()}")
+
+    def _describe_epoch(self) -> str:
+        # Only when asked for: the banner of a plain server reads as it always did
+        if self.epoch == 1 and self.mutate_rate == 0:
+            return ""
+        return f", epoch {self.epoch} at mutate rate {self.mutate_rate:g}"
 
 
 def build_dataset(options: ServeOptions) -> DataSet:
@@ -133,7 +152,7 @@ def build_dataset(options: ServeOptions) -> DataSet:
         return FileTree(options.root, options.page_size)
     dataset: DataSet = SyntheticDataSet(
         options.files, options.page_size, options.seed, options.file_size, options.nested,
-        salt=options.etag_salt,
+        salt=options.etag_salt, epoch=options.epoch, mutate_rate=options.mutate_rate,
     )
     if options.huge_page is not None:
         assert isinstance(dataset, SyntheticDataSet)

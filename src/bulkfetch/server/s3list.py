@@ -88,11 +88,12 @@ class _FlatNames(Sequence[str]):
     def _element(self, index: int) -> str:
         dataset = self.dataset
         size = dataset.size(index)
-        etag = f'"{hashlib.md5(dataset.chunk_body(index, size)).hexdigest()}"'
+        version = dataset.version(index)  # --epoch/--mutate-rate: what a GET serves now
+        etag = f'"{hashlib.md5(dataset.chunk_body(index, size, version)).hexdigest()}"'
         name = dataset.name(index)
         if self.stale is not None:
             size, etag = misstated(size, etag, self.stale(name))
-        return contents_element(name, size, etag, dataset.last_modified, False)
+        return contents_element(name, size, etag, dataset.modified(version), False)
 
     def _block(self, number: int) -> tuple[str, list[int]]:
         found = self._blocks.get(number)
