@@ -4,6 +4,8 @@
     for name, body in bulkfetch.open_dataset("dest"): ...
     with bulkfetch.Client() as client:
         for url, body in client.get_many(urls): ...
+    with bulkfetch.stream("http://127.0.0.1:8000/list", workers=2) as files:
+        for name, body in files: ...
 """
 
 __version__ = "0.1.0"  # first: modules imported below read it
@@ -23,6 +25,10 @@ def __getattr__(name: str) -> object:
         from bulkfetch import client
 
         return getattr(client, name)
+    if name in ("stream", "Stream"):
+        from bulkfetch import streaming
+
+        return getattr(streaming, name)
     raise AttributeError(f"module 'bulkfetch' has no attribute {name!r}")
 
 
@@ -38,4 +44,5 @@ __all__ = [
     "build_options",
     "download",
     "open_dataset",
+    "stream",
 ]

@@ -122,14 +122,14 @@ class Limits:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    kind: str = "dir"  # "dir" | "tar" | "null"
+    kind: str = "dir"  # "dir" | "tar" | "null"; "stream", "stream-each": bulkfetch.stream
     fanout: int = 0  # dir: levels of hash-prefix directories
     shard_files: int = 100_000  # tar: a shard takes no new page once it holds this many
     shard_size: int = 1 << 30  # tar: ... or this many bytes
     fsync: bool = False  # dir: each file's data on disk before it is renamed into place
 
     def __post_init__(self) -> None:
-        if self.kind not in ("dir", "tar", "null"):
+        if self.kind not in ("dir", "tar", "null", "stream", "stream-each"):
             raise UsageError(f"--sink {self.kind!r}: choose dir, tar or null")
         if not 0 <= self.fanout <= 4:
             raise UsageError(f"--fanout must be 0..4, got {self.fanout}")

@@ -2,13 +2,15 @@
 runners/local.py prepares it (the journal and its lock, DEST/.bulkfetch/tmp, and for tar the
 shard index brought in line by prepare_shards), then sinks.open_sink() as a worker calls it.
 What a sink stored is read back independently: the directory tree as files, tar shards with
-Python's tarfile, and the null sink must store nothing at all."""
+Python's tarfile, the stream sinks' messages as bulkfetch.stream() reads them, and the null
+sink must store nothing at all."""
 
 from __future__ import annotations
 
 import os
 import re
 import tarfile
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +41,11 @@ class SinkCase:
         return self.options.kind != "null"
 
     @property
+    def on_disk(self) -> bool:
+        """It stores into DEST (and so keeps partial files for a rerun to resume)."""
+        return self.options.kind in ("dir", "tar")
+
+    @property
     def keeps_member_order(self) -> bool:
         """Stored order is observable (tar members); ordered.py promises whole samples."""
         return self.options.kind == "tar"
@@ -52,7 +59,39 @@ SINK_CASES = (
     SinkCase("tar", SinkOptions(kind="tar")),
     # a shard takes no new page once it holds 3 files: pages spread over many shards
     SinkCase("tar-small-shards", SinkOptions(kind="tar", shard_files=3)),
+    # bulkfetch.stream(): a page's bodies up to the caller's process as one message, and
+    # the one-message-a-body kind it is measured against
+    SinkCase("stream", SinkOptions(kind="stream")),
+    SinkCase("stream-each", SinkOptions(kind="stream-each")),
 )
+
+
+class Outbox:
+    """A worker's results channel as the stream sinks see it: what they sent, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[object, ...]] = []
+
+    def put(self, message: tuple[object, ...]) -> None:
+        self.sent.append(message)
+
+    def bodies(self) -> list[tuple[str, bytes]]:
+        """(name, body) of every body sent, decoded as bulkfetch.stream() decodes them."""
+        found: list[tuple[str, bytes]] = []
+        for message in self.sent:
+            if message[0] == "body":
+                found.append((str(message[1]), bytes(message[2])))  # type: ignore[arg-type]
+                continue
+            assert message[0] == "bodies", f"not a stream message: {message[0]!r}"
+            _, _, names, sizes, data = message
+            lengths = array("Q")
+            lengths.frombytes(sizes)  # type: ignore[arg-type]
+            assert sum(lengths) == len(data), "sizes do not add up to the page's buffer"  # type: ignore[arg-type]
+            start = 0
+            for name, size in zip(str(names).split("\0"), lengths, strict=True):
+                found.append((name, data[start:start + size]))  # type: ignore[index]
+                start += size
+        return found
 
 
 class SinkHarness:
@@ -68,9 +107,10 @@ class SinkHarness:
         if case.options.kind == "tar":
             prepare_shards(dest, self.journal, restart=False)
         self.unclosed: list[Sink] = []
+        self.outbox = Outbox()  # the stream sinks' channel, shared as the workers share it
 
     def open(self, worker: int = 0) -> Sink:
-        sink = open_sink(self.case.options, self.dest, worker)
+        sink = open_sink(self.case.options, self.dest, worker, self.outbox)
         self.unclosed.append(sink)
         return sink
 
@@ -90,6 +130,8 @@ class SinkHarness:
         kind = self.case.options.kind
         if kind == "tar":
             return self._tar_members()
+        if kind.startswith("stream"):
+            return self.outbox.bodies()
         found: list[tuple[str, bytes]] = []
         for root, dirs, files in os.walk(self.dest):
             relative = Path(root).relative_to(self.dest).parts
@@ -154,6 +196,6 @@ class SinkHarness:
             return sorted(entry.name for entry in self.dest.iterdir()
                           if entry.name != STATE and not FINISHED_SHARD.match(entry.name)
                           and not TAR_BOOKKEEPING.match(entry.name))
-        if kind == "null":
+        if not self.case.on_disk:
             return sorted(entry.name for entry in self.dest.iterdir() if entry.name != STATE)
         return sorted(name for name, _ in self.stored() if name not in written)

@@ -16,6 +16,7 @@ def test_all_is_pinned() -> None:
         "build_options",
         "download",
         "open_dataset",
+        "stream",
     ]
     for name in bulkfetch.__all__:
         assert hasattr(bulkfetch, name), name

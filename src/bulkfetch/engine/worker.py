@@ -30,7 +30,7 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
     if own_signals:  # the main process owns Ctrl-C and SIGTERM: it stops us through `stop`
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    sink = open_sink(options.sink, Path(options.dest), worker)
+    sink = open_sink(options.sink, Path(options.dest), worker, results)
     fetcher = Fetcher(options, make_source(options, listing=False), sink, worker)
     no_more_pages = False
     stop_by: float | None = None  # when stopping: give up on the pages in hand at this time

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bulkfetch.config import SinkOptions
 from bulkfetch.sinks.base import Sink, SinkFailure, SinkFatal
 from bulkfetch.sinks.directory import DirectorySink
 from bulkfetch.sinks.null import NullSink
+from bulkfetch.sinks.stream import StreamSink
 from bulkfetch.sinks.tar import TarSink
 
 
-def open_sink(options: SinkOptions, dest: Path, worker: int) -> Sink:
+def open_sink(options: SinkOptions, dest: Path, worker: int, outbox: Any = None) -> Sink:
+    """Worker `worker`'s sink; `outbox`, the worker's results channel, is where the stream
+    kinds send bodies (bulkfetch.stream)."""
     if options.kind == "null":
         return NullSink()
+    if options.kind in ("stream", "stream-each"):
+        return StreamSink(outbox, one_by_one=options.kind == "stream-each")
     if options.kind == "tar":
         return TarSink(dest, worker, options.shard_files, options.shard_size)
     return DirectorySink(dest, worker, options.fanout, options.fsync)
 
 
-__all__ = ["DirectorySink", "NullSink", "Sink", "SinkFailure", "SinkFatal", "TarSink", "open_sink"]
+__all__ = ["DirectorySink", "NullSink", "Sink", "SinkFailure", "SinkFatal", "StreamSink", "TarSink",
+           "open_sink"]

@@ -145,3 +145,22 @@ class NullSpool:
 
     def discard(self) -> None:
         pass
+
+
+class MemorySpool:
+    """Keeps the body in memory: for sinks that hand bodies to a Python caller, who asked
+    for bytes whatever their size (the Client, bulkfetch.stream)."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.chunks.append(bytes(data))
+
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def discard(self) -> None:
+        self.chunks.clear()

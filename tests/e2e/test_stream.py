@@ -1,0 +1,113 @@
+"""bulkfetch.stream() against the reference server (issue 24): every body byte-exact through
+faults, failures raised or returned with their reason, a consumer that stops early or reads
+slowly, the one-message-a-body mode giving the same bodies, and bad input refused."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import time
+
+import pytest
+from getkit import expected_files
+
+import bulkfetch
+from bulkfetch import FetchError, UsageError
+from bulkfetch.streaming import Stream
+
+FILES = 4000
+
+
+@pytest.fixture(scope="module")
+def server():  # type: ignore[no-untyped-def]
+    from bulkfetch.testing import ReferenceServer
+
+    with ReferenceServer("--files", str(FILES), "--page-size", "200", "--fail-rate", "0.03",
+                         "--reset-rate", "0.01", "--deny-rate", "0.01", "--latency", "0-5",
+                         access_log=True) as started:
+        yield started
+
+
+def no_workers_left() -> bool:
+    deadline = time.monotonic() + 10
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not multiprocessing.active_children()
+
+
+def test_every_body_byte_exact_or_its_failure(server) -> None:  # type: ignore[no-untyped-def]
+    want = expected_files(FILES)
+    with bulkfetch.stream(server.url, workers=2, errors="return") as files:
+        got = list(files)
+    names = [name for name, _ in got]
+    assert sorted(names) == sorted(want)  # each name once
+    failed = {name: result for name, result in got if isinstance(result, FetchError)}
+    for name, body in got:
+        if name not in failed:
+            assert hashlib.md5(body).hexdigest() == want[name]  # type: ignore[arg-type]
+    # --deny-rate 0.01: those names fail every attempt, with the status as the reason
+    assert 0 < len(failed) < FILES * 0.03
+    assert all("HTTP 4" in error.reason and error.url.endswith(f"/get/{name}")
+               for name, error in failed.items())
+    assert (files.files, files.failed) == (FILES - len(failed), len(failed))
+    assert files.bytes == sum(len(body) for name, body in got if name not in failed)
+    assert no_workers_left()
+
+
+def test_a_failure_raises_by_default(server) -> None:  # type: ignore[no-untyped-def]
+    # (only the denied names fail after the retries: the reason is always a 4xx)
+    with pytest.raises(FetchError, match="HTTP 4"), \
+            bulkfetch.stream(server.url, workers=2) as files:
+        for _ in files:
+            pass
+    assert no_workers_left()
+
+
+def test_one_message_a_body_gives_the_same_bodies(server) -> None:  # type: ignore[no-untyped-def]
+    want = expected_files(FILES)
+    with Stream(server.url, workers=2, errors="return", one_by_one=True) as files:
+        got = {name: hashlib.md5(body).hexdigest() for name, body in files
+               if isinstance(body, bytes)}
+    assert got == {name: md5 for name, md5 in want.items() if name in got}
+    assert len(got) == files.files > FILES * 0.97
+
+
+def test_stopping_early_ends_the_workers(server) -> None:  # type: ignore[no-untyped-def]
+    files = bulkfetch.stream(server.url, workers=2, errors="return")
+    taken = [name for name, _ in zip(range(10), files, strict=False)]
+    assert len(taken) == 10
+    files.close()
+    assert no_workers_left()
+
+
+def test_a_slow_reader_holds_the_workers_back(server) -> None:  # type: ignore[no-untyped-def]
+    """With one page out at a time, a reader that sleeps after its first body leaves the
+    workers at most a couple of pages ahead: the server sees no more file requests."""
+    before = sum(1 for r in server.requests() if "/get/" in r.target)
+    with bulkfetch.stream(server.url, workers=1, pages_ahead=1, errors="return") as files:
+        next(iter(files))
+        time.sleep(1.0)
+        asked = sum(1 for r in server.requests() if "/get/" in r.target) - before
+    # a page is 200 names; faults add retries. Unbounded, all 4,000 would be asked for.
+    assert asked < 3 * 200 * 1.2
+
+
+def test_a_big_body_arrives_whole(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bulkfetch.testing import ReferenceServer
+
+    with ReferenceServer("--files", "3", "--file-size", "3m") as big, \
+            bulkfetch.stream(big.url, workers=1, spool_above=1 << 20) as files:
+        got = dict(files)
+    assert sorted(len(body) for body in got.values()) == [3 << 20] * 3  # type: ignore[arg-type]
+
+
+def test_options_a_stream_decides_are_refused(server) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UsageError, match="not take restart, sink: a stream keeps nothing on disk"):
+        Stream(server.url, sink="tar", restart=True)
+
+
+def test_a_listing_that_fails_names_it(server) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(bulkfetch.BulkfetchError, match="page 0"), \
+            bulkfetch.stream(f"{server.url}/nothing-here", workers=1, retries=0) as files:
+        list(files)
+    assert no_workers_left()
