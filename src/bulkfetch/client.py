@@ -10,6 +10,11 @@ once and from asyncio (`aget_many`, `aget`); they share the loop and its connect
 A call's URLs go to the loop in pages of PAGE_URLS, and at most `window` of its URLs are
 in hand at once (sent, not yet taken by the caller), so a slow consumer slows the fetching
 and memory stays bounded whatever the number of URLs.
+
+Two caches may stand in front of the loop, memory first: `cache_bytes` (memcache.py:
+bodies for `cache_ttl` seconds, whatever the server said) and `cache_dir` (httpcache.py: an
+HTTP cache on disk that honours Cache-Control, Expires, ETag and Last-Modified, revalidates
+with conditional requests, and is shared by processes and kept across restarts).
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
+from bulkfetch.client_cache import Answer, DiskLayer, NotModified
 from bulkfetch.errors import BulkfetchError
+from bulkfetch.httpcache import Entry, HttpCache
 from bulkfetch.memcache import MemoryCache
 from bulkfetch.models import Page, PageReport
 from bulkfetch.sinks.null import NullSink
+from bulkfetch.sinks.spool import MemorySpool
 
 __all__ = ["Client", "FetchError"]
 
@@ -54,19 +62,6 @@ class _Call:
         # many bodies: one each cost more than the rest of the file's way together)
         self.results: queue.SimpleQueue[list[tuple[int, bytes | FetchError]]] = \
             queue.SimpleQueue()
-
-
-class _MemorySpool:
-    """A body above the fetcher's in-memory limit: a Client returns bytes anyway."""
-
-    def __init__(self) -> None:
-        self.chunks: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.chunks.append(bytes(data))
-
-    def discard(self) -> None:
-        self.chunks.clear()
 
 
 class _Source:
@@ -121,10 +116,10 @@ class _Deliver(NullSink):
 
     # skip(): a failure's reason comes with its page's report (end_page)
 
-    def open_spool(self, name: str) -> _MemorySpool:  # type: ignore[override]
-        return _MemorySpool()
+    def open_spool(self, name: str) -> MemorySpool:  # type: ignore[override]
+        return MemorySpool()
 
-    def store_spool(self, seq: int, name: str, spool: _MemorySpool,  # type: ignore[override]
+    def store_spool(self, seq: int, name: str, spool: MemorySpool,  # type: ignore[override]
                     size: int, md5: str) -> None:
         self._put(name, b"".join(spool.chunks))
         spool.discard()
@@ -139,6 +134,36 @@ class _Deliver(NullSink):
         return [report]
 
 
+class _DeliverCached(_Deliver):
+    """_Deliver for a Client with a disk cache: a body goes with its response's header
+    lines (an Answer), and a 304 as a NotModified; the caller's thread settles both with
+    the cache (client_cache.py). The fetcher hands the lines over first (fetcher.py:
+    _completed_cached) and clears its own list after: they are copied."""
+
+    def __init__(self, calls: dict[int, _Call]) -> None:
+        super().__init__(calls)
+        self.lines: dict[str, list[bytes]] = {}  # by name, until its body is written
+
+    def response_headers(self, name: str, lines: list[bytes]) -> None:
+        self.lines[name] = list(lines)
+
+    def not_modified(self, name: str, lines: list[bytes]) -> None:
+        self._put(name, NotModified(list(lines)))  # type: ignore[arg-type]
+
+    def _write(self, name: str, body: bytes, md5: str | None) -> None:
+        self._put(name, Answer(body, self.lines.pop(name, None), md5))  # type: ignore[arg-type]
+
+    def store_spool(self, seq: int, name: str, spool: MemorySpool,  # type: ignore[override]
+                    size: int, md5: str) -> None:
+        self._write(name, b"".join(spool.chunks), md5)
+        spool.discard()
+
+    def end_page(self, report: PageReport) -> list[PageReport]:
+        for failure in report.failures:  # (headers of a 200 whose body failed its checks)
+            self.lines.pop(failure.name, None)
+        return super().end_page(report)
+
+
 class Client:
     """Fetch many URLs concurrently into this process.
 
@@ -151,13 +176,27 @@ class Client:
     for `cache_ttl` seconds (None: until dropped); a URL kept is answered without a
     request. `client.cache` has the counts (hits, misses).
 
+    `cache_dir`: an HTTP cache in that directory (httpcache.py, rules in freshness.py),
+    asked after the memory cache: a fresh entry answers without a request; a stale one is
+    revalidated (If-None-Match / If-Modified-Since; a 304 renews it and transfers no
+    body); a 200 is kept as its Cache-Control / Expires allow (no-store: never; no-cache:
+    always revalidated). `cache_dir_ttl`: seconds a response that states no freshness of
+    its own (no max-age, no Expires: most static servers) stays fresh; None: it is
+    revalidated on every use. `cache_dir_bytes` bounds the bodies kept (least recently used
+    evicted first). Processes may share the directory; it survives restarts. Bodies split
+    into ranges (above `split_above`) are not kept. `client.disk_cache` has the counts
+    (hits, stale, misses, revalidated, stored, evicted); `cache_stats()` all of them.
+
         with bulkfetch.Client() as client:
             for url, body in client.get_many(urls):
                 ...
     """
 
     def __init__(self, *, window: int = 8192, cache_bytes: int = 0,
-                 cache_ttl: float | None = None, **options: Any) -> None:
+                 cache_ttl: float | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None,
+                 cache_dir_bytes: int = 1 << 30, cache_dir_ttl: float | None = None,
+                 **options: Any) -> None:
         from bulkfetch.api import build_options
         from bulkfetch.engine.fetcher import Fetcher
 
@@ -165,13 +204,17 @@ class Client:
             raise ValueError("window must be at least 1")
         self.window = window
         self.cache = MemoryCache(cache_bytes, cache_ttl) if cache_bytes else None
+        self.disk_cache = HttpCache(cache_dir, cache_dir_bytes, cache_dir_ttl) \
+            if cache_dir is not None else None
+        self.disk = DiskLayer(self.disk_cache) if self.disk_cache is not None else None
         self.requested = 0  # URLs handed to the loop (a cache hit, or a repeat, is not)
         self.options = build_options("bulkfetch.Client", os.devnull, workers=1, **options)
         self.calls: dict[int, _Call] = {}
         self.numbers = itertools.count()
         self.pages = itertools.count()
         self.inbox: queue.SimpleQueue[Page | None] = queue.SimpleQueue()
-        self.deliver = _Deliver(self.calls)
+        self.deliver = _Deliver(self.calls) if self.disk is None else \
+            _DeliverCached(self.calls)
         self.fetcher = Fetcher(self.options, _Source(self.calls),  # type: ignore[arg-type]
                                self.deliver)  # type: ignore[arg-type]
         self.error: BaseException | None = None
@@ -218,12 +261,19 @@ class Client:
                     for position, url in list(call.urls.items())])
             self.fetcher.close()
 
-    def _send(self, call: _Call, batch: list[tuple[int, str]]) -> None:
+    def _send(self, call: _Call, batch: list[tuple[int, str]],
+              stale: dict[int, Entry] | None = None) -> None:
+        """`batch` (position, url) to the loop; with a disk cache, `stale`: the entries to
+        revalidate by position (their conditional headers ride in the page)."""
         for position, url in batch:
             call.urls[position] = url
         names = tuple(f"{call.number}-{position}" for position, _ in batch)
         self.requested += len(batch)
-        self.inbox.put(Page(next(self.pages), None, names))
+        headers = None
+        if stale is not None:  # a disk cache's page, even with no conditional request
+            headers = tuple(DiskLayer.request_headers(stale.get(position))
+                            for position, _ in batch)
+        self.inbox.put(Page(next(self.pages), None, names, headers=headers))
 
     # -- the caller's side ---------------------------------------------------------------
     def get_many(self, urls: Iterable[str], *, ordered: bool = False,
@@ -248,10 +298,13 @@ class Client:
         exhausted = False
         # ordered=True: what arrived ahead of its turn, by position
         waiting: dict[int, tuple[str, bytes | FetchError]] = {}
-        cache = self.cache
+        cache, disk = self.cache, self.disk
+        caching = cache is not None or disk is not None
         # With a cache, a URL already on its way for this call is not asked for again: its
         # later positions wait for the same answer (url -> those positions).
         coming: dict[str, list[int]] = {}
+        # With a disk cache: its stale entries asked about, by position (what a 304 renews)
+        stale: dict[int, Entry] | None = {} if disk is not None else None
 
         def drain() -> Iterator[tuple[str, bytes | FetchError]]:
             """ordered=True: what is next in the order given, as far as it has arrived."""
@@ -283,10 +336,18 @@ class Client:
                         break
                     if not isinstance(url, str):
                         raise TypeError(f"URLs must be str, got {type(url).__name__}")
-                    if cache is None:
+                    if not caching:
                         batch.append((position, url))
                         continue
-                    kept = cache.get(url)
+                    kept = cache.get(url) if cache is not None else None
+                    if kept is None and disk is not None and url not in coming:
+                        found = disk.lookup(url)
+                        if isinstance(found, bytes):
+                            kept = found
+                            if cache is not None:
+                                cache.put(url, found)
+                        elif found is not None:
+                            stale[position] = found  # type: ignore[index]
                     if kept is not None:
                         sent += 1  # answered at once, without a request
                         yield from arrived(position, url, kept)
@@ -297,7 +358,7 @@ class Client:
                         coming[url] = []
                         batch.append((position, url))
                 if batch:
-                    self._send(call, batch)
+                    self._send(call, batch, stale)
                     sent += len(batch)
                     if len(batch) == PAGE_URLS and not exhausted:
                         continue  # more to send while there is room
@@ -306,10 +367,16 @@ class Client:
                 if self.error is not None and call.results.empty():
                     raise BulkfetchError(f"the client's loop stopped: {self.error}")
                 urls = call.urls
-                for position, result in call.results.get():
+                results: list[Any] = call.results.get()
+                if disk is not None:
+                    results, again = disk.settle(results, urls, stale)  # type: ignore[arg-type]
+                    if again:  # a 304 for an entry gone meanwhile: asked for again, plainly
+                        self._send(call, [(position, urls[position]) for position in again],
+                                   {})
+                for position, result in results:
                     url = urls.pop(position)
-                    if cache is not None:
-                        if isinstance(result, bytes):
+                    if caching:
+                        if isinstance(result, bytes) and cache is not None:
                             cache.put(url, result)
                         for later in coming.pop(url, ()):
                             yield from arrived(later, url, result)
@@ -355,12 +422,31 @@ class Client:
     async def aget(self, url: str) -> bytes:
         return await asyncio.to_thread(self.get, url)
 
+    def cache_stats(self) -> dict[str, int]:
+        """The caches' counts so far: memory_* (hits, misses) and disk_* (hits, stale,
+        misses, revalidated: 304s, stored, evicted, asked_again: a 304 for an entry
+        another process replaced or evicted meanwhile, errors: the cache failing, which
+        costs a miss, never a body), with `requested`."""
+        stats = {"requested": self.requested}
+        if self.cache is not None:
+            stats |= {"memory_hits": self.cache.hits, "memory_misses": self.cache.misses}
+        if self.disk_cache is not None and self.disk is not None:
+            disk = self.disk_cache
+            stats |= {"disk_hits": disk.hits, "disk_stale": disk.stale,
+                      "disk_misses": disk.misses, "disk_revalidated": disk.revalidated,
+                      "disk_stored": disk.stored, "disk_evicted": disk.evicted,
+                      "disk_asked_again": self.disk.asked_again,
+                      "disk_errors": self.disk.errors}
+        return stats
+
     def close(self) -> None:
         """Stop the loop (transfers in flight are dropped); the Client cannot be used after."""
         if not self.closed:
             self.closed = True
             self.inbox.put(None)
             self.thread.join()
+            if self.disk_cache is not None:
+                self.disk_cache.close()
 
     def __enter__(self) -> Client:
         return self

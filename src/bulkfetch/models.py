@@ -13,13 +13,17 @@ from dataclasses import dataclass, field
 class Page:
     """One page of names to fetch. `token` is what listed it (None: the first page).
     `sizes` and `md5s`, when the listing stated them (S3), are each item's size and the hex
-    MD5 its ETag gives ("" for an ETag that is no MD5: an object uploaded in parts)."""
+    MD5 its ETag gives ("" for an ETag that is no MD5: an object uploaded in parts).
+    `headers`, a cache's page (a Client's cache_dir): each item's extra request header
+    lines joined by "\n" ("" for none: If-None-Match, If-Modified-Since), and the sink sees
+    the answers' headers and their 304s (fetcher.py: _completed_cached). None otherwise."""
 
     seq: int
     token: str | None
     names: tuple[str, ...]
     sizes: tuple[int, ...] | None = None
     md5s: tuple[str, ...] | None = None
+    headers: tuple[str, ...] | None = None
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         # On the wire the names travel as one NUL-joined string: pickling a thousand
@@ -31,14 +35,22 @@ class Page:
         if joined.count("\0") == len(self.names) - 1 and self.names:
             names = joined
         md5s = "\0".join(self.md5s) if self.md5s else self.md5s
-        return _page_from_wire, (self.seq, self.token, names, self.sizes, md5s)
+        if self.headers is None:  # the usual page: as short on the wire as before
+            return _page_from_wire, (self.seq, self.token, names, self.sizes, md5s)
+        headers: str | tuple[str, ...] = self.headers
+        joined = "\0".join(self.headers)
+        if self.headers and joined.count("\0") == len(self.headers) - 1:
+            headers = joined
+        return _page_from_wire, (self.seq, self.token, names, self.sizes, md5s, headers)
 
 
 def _page_from_wire(seq: int, token: str | None, names: str | tuple[str, ...],
                     sizes: tuple[int, ...] | None = None,
-                    md5s: str | tuple[str, ...] | None = None) -> Page:
+                    md5s: str | tuple[str, ...] | None = None,
+                    headers: str | tuple[str, ...] | None = None) -> Page:
     return Page(seq, token, tuple(names.split("\0")) if isinstance(names, str) else names,
-                sizes, tuple(md5s.split("\0")) if isinstance(md5s, str) else md5s)
+                sizes, tuple(md5s.split("\0")) if isinstance(md5s, str) else md5s,
+                tuple(headers.split("\0")) if isinstance(headers, str) else headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +111,7 @@ class Tick:
     hosts: tuple[tuple[str, int], ...] = ()
     # ... and under --concurrency auto, each of those hosts' limit in this worker
     host_limits: tuple[tuple[str, int], ...] = ()
+    not_modified: int = 0  # conditional requests answered 304 (get --sync, a Client cache)
 
 
 @dataclass(frozen=True)
@@ -165,6 +178,10 @@ class Report:
     workers: list[dict[str, object]] = field(default_factory=list)
     # Pages a lost worker (a Ray actor or node that died) held, fetched again by the others
     pages_reassigned: int = 0
+    # get --sync: files found in step with the source without a body (the listing's size and
+    # MD5, or a 304), and files removed by --delete as no longer listed
+    unchanged: int = 0
+    deleted: int = 0
     started_at: float | None = None  # Unix time (time.time()) the run began
     finished_at: float | None = None  # Unix time the run ended
 

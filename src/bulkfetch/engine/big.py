@@ -210,6 +210,14 @@ class BigFiles:
         spooling.prepare(handle, body.write)
         if fetcher.sign is not None:
             handle.setopt(pycurl.HTTPHEADER, fetcher.sign(transfer[2]))
+        elif fetcher.request_headers is not None:
+            # A cache's page (fetcher._page_headers): the handle may hold another item's
+            # If-None-Match. A big body is asked for whole, unconditionally (the 200 that
+            # sent it here said the kept one is out of date; or --spool-above 0).
+            if fetcher.base_headers:
+                handle.setopt(pycurl.HTTPHEADER, fetcher.base_headers)
+            else:  # (setting an empty list would leave the last one in place)
+                handle.unsetopt(pycurl.HTTPHEADER)
         self._add(handle, body, transfer)
 
     def _start_part(self, transfer: tuple[Any, ...]) -> None:

@@ -79,6 +79,9 @@ class _PageState:
     # What the listing stated of the page's items (S3: Size and ETag), by item: (size, hex
     # MD5 or ""); None when it stated nothing. A body unlike it is another version.
     listed: dict[str, tuple[int, str]] | None = None
+    # A cache's page (Page.headers): each item's extra request header lines (none: not in
+    # it); None for every other page.
+    headers: dict[str, list[str]] | None = None
 
     @property
     def ok(self) -> int:
@@ -154,6 +157,9 @@ HIGH_FD_WAIT_S = 0.005
 
 
 _MD5_MISMATCH = "MD5 of the body does not match the server's ETag/Content-MD5"
+# A request header with nothing after the colon is not sent (libcurl): the headers of an
+# unconditional request on a handle that may have made a conditional one.
+_UNCONDITIONAL = ["If-None-Match:", "If-Modified-Since:"]
 
 
 class Fetcher:
@@ -184,6 +190,16 @@ class Fetcher:
         # request's headers, set per transfer.
         self.sign: Callable[[str], list[str]] | None = getattr(
             source, "request_signer", lambda: None)()
+        # The headers set on each transfer as it starts, when some are per transfer: signed
+        # ones, or a cache's page's (_page_headers); None: the handle's own stay.
+        sign = self.sign
+        self.request_headers: Callable[[_Transfer], list[str]] | None = \
+            (lambda transfer: sign(transfer[2])) if sign is not None else None
+        # What handles a finished transfer: _completed, or _completed_cached once a page
+        # of a cache came (step() looks it up once a turn, not once a file).
+        self.on_completed: Callable[[pycurl.Curl, tuple[int, str] | None], None] = \
+            self._completed
+        self.not_modified = 0  # 304s to conditional requests (each counts as stored)
         # A source that vouches for its files' sizes and digests itself (a registry's blobs,
         # from their manifests): name -> digests.Pinned, checked in place of the server's.
         self.pinned: Callable[[str], Pinned | None] | None = getattr(source, "pinned", None)
@@ -352,6 +368,8 @@ class Fetcher:
 
     def _begin(self, page: Page, names: Sequence[str]) -> _PageState:
         state = _PageState(page, len(page.names), self.sink.begin_page(page.seq, names))
+        if page.headers is not None:
+            self._cache_page(state, names, page.headers)
         sizes, md5s = page.sizes, page.md5s
         if sizes is not None and len(sizes) == len(page.names) and (
                 md5s is None or len(md5s) == len(sizes)):
@@ -401,7 +419,7 @@ class Fetcher:
                 (self.big.pending if big else pending).appendleft(transfer)
         if self.big.pending:
             self.big.start_some()
-        sign = self.sign
+        request_headers = self.request_headers
         while free and pending:
             transfer = pending.popleft()
             if gate is not None and not gate.admit(transfer):
@@ -409,8 +427,8 @@ class Fetcher:
             handle = free.pop()
             transfer_of[handle] = transfer
             handle.setopt(_URL, transfer[2])
-            if sign is not None:
-                handle.setopt(_HTTPHEADER, sign(transfer[2]))
+            if request_headers is not None:
+                handle.setopt(_HTTPHEADER, request_headers(transfer))
             multi.add_handle(handle)
         controller, latency = self.controller, self.latency
         if controller is not None:
@@ -418,7 +436,7 @@ class Fetcher:
         if len(free) < len(self.handles):
             while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
                 pass
-            completed = self._completed
+            completed = self.on_completed
             while True:
                 queued, succeeded, failed = multi.info_read()
                 if controller is None and latency is None:
@@ -583,6 +601,74 @@ class Fetcher:
         self.free.append(handle)
         self._retry_or_fail(transfer, reason, retryable, retry_after)
 
+    # -- a cache's pages (Page.headers: a Client's cache_dir) -------------------------------
+    def _cache_page(self, state: _PageState, names: Sequence[str],
+                    headers: tuple[str, ...]) -> None:
+        """A cache's page: its items' request headers kept by name. The first such page
+        switches the fetcher to per-transfer headers and to _completed_cached; a run of
+        other pages never pays for either."""
+        if self.on_completed != self._completed_cached:
+            for needed in ("response_headers", "not_modified"):
+                if not callable(getattr(self.sink, needed, None)):
+                    raise TypeError(f"a page with request headers needs a sink with "
+                                    f"{needed}(), not {type(self.sink).__name__}")
+            self.request_headers = self._page_headers
+            self.on_completed = self._completed_cached
+        state.headers = {name: lines.split("\n")
+                         for name, lines in zip(names, headers, strict=True) if lines}
+
+    def _page_headers(self, transfer: _Transfer) -> list[str]:
+        """Every transfer's headers once a cache's page came: the source's (signed, if it
+        signs) and the item's own. Set on every transfer, so no handle keeps another
+        transfer's If-None-Match."""
+        base = self.sign(transfer[2]) if self.sign is not None else self.base_headers
+        extra = transfer[0].headers
+        more = extra.get(transfer[1]) if extra else None
+        # (an empty list would leave the handle's last list in place: pycurl sets none)
+        return base + more if more else base or _UNCONDITIONAL
+
+    def _completed_cached(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
+        """_completed() for a fetcher that has had a cache's page. For such a page's items,
+        a 200's header lines go to the sink (response_headers) before its body is written
+        (it keeps them: Cache-Control, ETag ...), and a 304 to a conditional request is
+        the sink's to answer from what it kept (_not_modified): a 304 has no body, so none
+        of a 200's checks apply to it. Everything else is _completed()'s."""
+        transfer = self.transfer_of[handle]
+        extra = transfer[0].headers
+        if error is None and extra is not None:
+            status = handle.getinfo(pycurl.RESPONSE_CODE)
+            if status == 200:
+                self.sink.response_headers(  # type: ignore[attr-defined]
+                    transfer[1], self.buffers[handle][1])
+            elif status == 304 and transfer[1] in extra and not (
+                    self.spooling and handle in self.spooling):
+                self._not_modified(handle, transfer)
+                return
+        self._completed(handle, error)
+
+    def _not_modified(self, handle: pycurl.Curl, transfer: _Transfer) -> None:
+        """A 304 answered the conditional request `transfer` made: the sink answers the
+        item from what it kept (sink.not_modified); the item counts as stored, with no
+        bytes transferred."""
+        state, name, url, attempt = transfer
+        self.multi.remove_handle(handle)
+        if self.windows is not None:
+            self.gate.done(url)  # type: ignore[union-attr]
+        if self.gate is not None:
+            self.gate.ended(url)  # (no body: the host's body size learns nothing)
+        chunks, lines = self.buffers[handle]
+        try:
+            self.sink.not_modified(name, lines)  # type: ignore[attr-defined]
+        except SinkFailure as exc:
+            self._fail(state, name, str(exc), attempt, url)
+            return
+        finally:
+            chunks.clear()
+            lines.clear()
+            self.free.append(handle)
+        self.not_modified += 1
+        self._stored(state, 0)
+
     def _congested(self, url: str, told_to_wait: bool = False) -> None:
         """The server of `url` wants less: its host's controller, once there is one per
         host (then the others keep theirs), else the worker's."""
@@ -700,7 +786,8 @@ class Fetcher:
                     self.files_failed, self.bytes + sum(state.bytes for state in live),
                     self.retries, self.in_flight, partial, largest, self.big.restarts,
                     self.big.size_only, tuple(self.checked), self.window, self.peak_window,
-                    latency, self.latency_sum, self.hosts, self.host_limits)
+                    latency, self.latency_sum, self.hosts, self.host_limits,
+                    self.not_modified)
 
     def _count_hosts(self) -> None:
         """Transfers in flight by host and, under --concurrency auto, their limits."""
