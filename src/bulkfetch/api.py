@@ -14,6 +14,7 @@ from bulkfetch.config import (
     S3Options,
     SinkOptions,
     SourceShape,
+    SyncOptions,
     TableOptions,
     Timeouts,
 )
@@ -67,6 +68,9 @@ def build_options(
     get_template: str = "/get/{name}",
     restart: bool = False,
     retry_failed: bool = False,
+    sync: bool = False,
+    delete: bool = False,
+    dry_run: bool = False,
     url_col: str = "url",
     name_col: str | None = None,
     name_template: str | None = None,
@@ -120,6 +124,7 @@ def build_options(
         verify=verify,
         restart=restart,
         retry_failed=retry_failed,
+        sync=_sync_options(sync, delete, dry_run, sink, restart, retry_failed),
         table=TableOptions(url_col, name_col, name_template, tuple(save_cols)),
         s3=S3Options(endpoint_url, region, profile, no_sign_request, addressing_style,
                      tuple(include), tuple(exclude), list_concurrency),
@@ -127,6 +132,18 @@ def build_options(
         metrics=metrics,
         runner=RunnerOptions(runner, ray_address, workers_given=workers is not None),
     )
+
+
+def _sync_options(sync: bool, delete: bool, dry_run: bool, sink: str, restart: bool,
+                  retry_failed: bool) -> SyncOptions:
+    options = SyncOptions(sync, delete, dry_run)
+    if sync and sink != "dir":
+        raise UsageError(f"--sync keeps a directory in step with the source (--sink dir), "
+                         f"not --sink {sink}: tar shards are not rewritten in place")
+    if sync and (restart or retry_failed):
+        raise UsageError("--sync lists the source again itself: drop --restart and "
+                         "--retry-failed")
+    return options
 
 
 def download(

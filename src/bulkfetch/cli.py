@@ -210,6 +210,19 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
 @click.option("--restart", is_flag=True, help="Forget DEST's journal and start over.")
 @click.option("--retry-failed", is_flag=True,
               help="Also re-attempt the files the journal lists as failed (resuming as usual).")
+@click.option("--sync", is_flag=True,
+              help="Keep a finished DEST in step with the source: list it again and fetch "
+                   "only what is new or changed. A file whose listing states its size and "
+                   "MD5 (S3) is compared with them; any other is asked for with "
+                   "If-None-Match and its recorded MD5, so a server whose ETags are MD5s "
+                   "answers 304 and the file is left as it is. An interrupted sync resumes.")
+@click.option("--delete", is_flag=True,
+              help="With --sync: once the source is listed to its end, remove the files "
+                   "under DEST it no longer lists (never outside DEST, never its "
+                   ".bulkfetch). Try --dry-run first.")
+@click.option("--dry-run", is_flag=True,
+              help="With --sync: list the source, print the files --delete would remove and "
+                   "how many listed files DEST lacks; fetch and remove nothing.")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress display and no summary; a run that stops on an error still "
                    "says why.")
@@ -262,8 +275,30 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
         from bulkfetch.tls import INSECURE_WARNING
 
         click.echo(INSECURE_WARNING, err=True)
+    if options.sync.dry_run:
+        sys.exit(_dry_run(options, quiet))
     report = _run_download(options, quiet=quiet, plain=plain, report_path=report_path)
     sys.exit(report.exit_code)
+
+
+def _dry_run(options: GetOptions, quiet: bool) -> int:
+    """get --sync --dry-run: each file --delete would remove on stdout, counts on stderr."""
+    from bulkfetch.report import safe_name
+    from bulkfetch.sync import dry_run
+
+    try:
+        listed, missing, gone = dry_run(
+            options, lambda path: click.echo(f"would delete {safe_name(path)}"))
+    except UsageError as exc:
+        raise _usage(exc) from None
+    except BulkfetchError as exc:
+        click.echo(f"bulkfetch: {exc}", err=True)
+        return 1
+    if not quiet:
+        click.echo(f"bulkfetch: dry run: {listed:,} files listed, {missing:,} of them not in "
+                   f"{options.dest}; --delete would remove {gone:,} files. Nothing was "
+                   "fetched or removed.", err=True)
+    return 0
 
 
 @cli.command(context_settings=CONTEXT)

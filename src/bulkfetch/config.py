@@ -121,6 +121,19 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class SyncOptions:
+    """get --sync (bulkfetch/sync.py): list again, fetch only what is new or changed."""
+
+    sync: bool = False
+    delete: bool = False  # remove the files under DEST the pass did not list
+    dry_run: bool = False  # list, and say what --delete would remove; fetch nothing
+
+    def __post_init__(self) -> None:
+        if (self.delete or self.dry_run) and not self.sync:
+            raise UsageError("--delete and --dry-run go with --sync")
+
+
+@dataclass(frozen=True)
 class SinkOptions:
     kind: str = "dir"  # "dir" | "tar" | "null"; "stream", "stream-each": bulkfetch.stream
     fanout: int = 0  # dir: levels of hash-prefix directories
@@ -243,6 +256,7 @@ class GetOptions:
     verify: bool = True
     restart: bool = False
     retry_failed: bool = False
+    sync: SyncOptions = field(default_factory=SyncOptions)  # not in fingerprint(): a mode
     table: TableOptions = field(default_factory=TableOptions)
     s3: S3Options = field(default_factory=S3Options)
     # Not in fingerprint(): trust decides how the run connects, not what it lists or where

@@ -455,6 +455,21 @@ class Journal:
             if next_token is None:  # the last page: listing is complete
                 c.execute("UPDATE run SET listing_done = 1")
 
+    def start_new_pass(self) -> bool:
+        """`get --sync`: when the journaled run is complete (listed to the end, every page
+        done), forget its pages and failures so the source is listed again from its first
+        page; the files stay. An unfinished run (a sync that was interrupted) is left to
+        resume. Returns whether a new pass began."""
+        totals = self.totals()
+        if not totals.listing_done or totals.pages_done < totals.pages_listed:
+            return False
+        with self._write() as c:
+            c.execute("DELETE FROM failures")
+            c.execute("DELETE FROM pages")  # (no trigger on delete: the counts are reset)
+            c.execute("UPDATE run SET listing_done = 0, pages_listed = 0, pages_done = 0, "
+                      "files_listed = 0, files_ok = 0, files_failed = 0, bytes = 0")
+        return True
+
     def finish_listing(self) -> None:
         with self._write() as c:
             c.execute("UPDATE run SET listing_done = 1")

@@ -131,13 +131,21 @@ def summary_table(report: Report) -> Table:
     table.add_row("status", Text(f"{outcome} (exit status {report.exit_code})", style=style))
     table.add_row("source", Text(safe_text(report.source)))
     table.add_row("destination", Text(safe_text(report.dest)))
-    files = Text.assemble((f"{report.files_ok:,}", "bold green"), " downloaded")
+    sync = report.options.get("sync")
+    syncing = isinstance(sync, dict) and bool(sync.get("sync"))
+    files = Text.assemble((f"{report.files_ok:,}", "bold green"),
+                          " in step with the source" if syncing else " downloaded")
     if report.resumed_files:
         files.append(f" ({report.resumed_files:,} of them by earlier runs)", style="cyan")
     files.append(" · ")
     files.append(f"{report.files_failed:,}", style="bold red" if report.files_failed else "bold")
     files.append(" failed")
     table.add_row("files", files)
+    if syncing:
+        table.add_row("sync", Text(
+            f"{report.unchanged:,} unchanged (not fetched again) · {report.deleted:,} "
+            + ("removed as no longer listed" if sync.get("delete")  # type: ignore[union-attr]
+               else "removed (no --delete)")))
     table.add_row("bytes", Text(f"{decimal(report.bytes)} ({report.bytes:,} bytes)"))
     table.add_row("duration", Text(_duration(report.duration_s)))
     table.add_row("rate", Text(f"{report.files_per_s:,.0f} files/s · "
@@ -273,6 +281,8 @@ def report_dict(report: Report) -> dict[str, object]:
                     "size_only": report.checked_size},
         "pages": report.pages,
         "pages_reassigned": report.pages_reassigned,
+        "unchanged": report.unchanged,
+        "deleted": report.deleted,
         "workers": [dict(worker, lost=None if worker.get("lost") is None
                          else redact_text(str(worker["lost"]))) for worker in report.workers],
         "duration_s": _finite(report.duration_s),

@@ -94,13 +94,14 @@ class Stream:
 
     # -- the run -------------------------------------------------------------------------
     def _run(self) -> Iterator[tuple[str, bytes | FetchError]]:
+        from bulkfetch.engine.range_lister import lister_from_start
         from bulkfetch.runners.pool import ProcessPool
         from bulkfetch.sources import make_source
 
         options = self.options
         source = make_source(options)
         pool = ProcessPool(options)
-        lister = _lister(source, options)
+        lister = lister_from_start(source, options)
         ahead = options.limits.max_pages_out
         pages_out = 0
         listing_over = finished = False
@@ -160,18 +161,6 @@ class Stream:
         if self.errors == "raise":
             raise error
         yield failure.name, error
-
-
-def _lister(source: Any, options: Any) -> Any:
-    """A lister from the first page, nothing journaled (a stream starts afresh)."""
-    from bulkfetch.engine.lister import Lister
-    from bulkfetch.engine.range_lister import RangeLister
-
-    ahead = options.limits.max_pages_out
-    if hasattr(source, "list_range"):  # key ranges listed at once (S3)
-        return RangeLister(source, options.retry, [], [], 0, True, ahead=ahead,
-                           concurrency=options.s3.list_concurrency)
-    return Lister(source, options.retry, [], 0, None, list_more=True, ahead=ahead)
 
 
 def _dispatch(lister: Any, pool: Any, pages_out: int, ahead: int) -> tuple[int, bool]:

@@ -562,3 +562,21 @@ def test_kill_9_mid_run_leaves_a_consistent_journal(tmp_path: Path) -> None:
     # at most the page being worked on is pending, and listing resumes after the last page
     assert len(pending) <= 1 and all(seq == next_seq - 1 for seq, _, _ in pending)
     assert token == f"t{next_seq}"
+
+
+def test_a_sync_starts_a_new_pass_only_over_a_complete_run(tmp_path: Path) -> None:
+    with Journal.open(tmp_path, FP) as j:
+        add_pages(j, range(2))
+        j.page_done(PageReport(0, 9, 90, (Failure("f", "HTTP 500", 9),)))
+        assert not j.start_new_pass()  # listing not done: an interrupted run resumes
+        j.add_page(2, tok(2), None, 10)
+        assert not j.start_new_pass()  # listed, pages 1 and 2 not done
+        j.page_done(PageReport(1, 10, 100))
+        j.page_done(PageReport(2, 10, 100))
+        assert j.start_new_pass()
+        totals = j.totals()
+        assert (totals.pages_listed, totals.files_ok, totals.files_failed, totals.bytes,
+                totals.listing_done) == (0, 0, 0, 0, False)
+        assert j.resume_point() == (0, None, False) and j.failures() == []
+        add_pages(j, range(1))  # the new pass journals from its first page again
+        assert j.totals().pages_listed == 1

@@ -18,14 +18,14 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import pycurl
 
-from bulkfetch.config import RetryPolicy
+from bulkfetch.config import GetOptions, RetryPolicy
 from bulkfetch.engine import carry, ranges
 from bulkfetch.engine.curl import last_response
-from bulkfetch.engine.lister import Listed, ListerThread, ListingFailed, ListingFinished
+from bulkfetch.engine.lister import Listed, Lister, ListerThread, ListingFailed, ListingFinished
 from bulkfetch.engine.ranges import KeyRange
 from bulkfetch.sources.base import ListedPage, ListingError
 
@@ -368,3 +368,13 @@ class RangeLister(ListerThread):
             return self._put(listed)
         work.held = listed
         return True
+
+
+def lister_from_start(source: Any, options: GetOptions) -> Lister | RangeLister:
+    """A lister of the whole source from its first page, with nothing journaled: key
+    ranges at once for a source that lists by range (S3), else page after page."""
+    ahead = options.limits.max_pages_out
+    if hasattr(source, "list_range"):
+        return RangeLister(source, options.retry, [], [], 0, True, ahead=ahead,
+                           concurrency=options.s3.list_concurrency)
+    return Lister(source, options.retry, [], 0, None, list_more=True, ahead=ahead)

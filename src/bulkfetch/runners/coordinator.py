@@ -35,6 +35,7 @@ from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.samples import split_key
 from bulkfetch.sinks.directory import TMP_DIR, worker_tmp_name
 from bulkfetch.sources.base import listed_metadata, unusable_name
+from bulkfetch.sync import SyncIndex
 
 ProgressCallback = Callable[[Progress], None]
 UPDATE_S = 0.1
@@ -42,8 +43,12 @@ UPDATE_S = 0.1
 
 class Coordinator:
     def __init__(self, options: GetOptions, source: Any, journal: Journal,
-                 on_progress: ProgressCallback | None, live: LiveStatus | None = None) -> None:
+                 on_progress: ProgressCallback | None, live: LiveStatus | None = None,
+                 sync: SyncIndex | None = None) -> None:
         self.options = options
+        # get --sync: what DEST holds decides what each page asks for (sync.py)
+        self.sync = sync
+        self.unchanged: dict[int, int] = {}  # seq -> its files the listing showed unchanged
         self.source = source
         self.journal = journal
         self.on_progress = on_progress
@@ -293,12 +298,27 @@ class Coordinator:
                 self.retrying[event.seq] = items
                 if not items:
                     continue
+            headers = None
+            if self.sync is not None and items:
+                items, headers = self._sync_plan(event.seq, page, items)
             if not items:
                 self._page_done(PageReport(event.seq, 0, 0))
                 continue
             pool.send(Page(event.seq, event.token, items,
-                           *listed_metadata(page, items)))
+                           *listed_metadata(page, items), headers=headers))
             self.pages_out += 1
+
+    def _sync_plan(self, seq: int, page: Any, items: tuple[str, ...],
+                   ) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+        """--sync: the page's items still to fetch, and their conditional request headers
+        (None when none has any: the page then goes as any other)."""
+        assert self.sync is not None
+        keep, headers = self.sync.plan(items, [self._name_of(item) for item in items],
+                                       *listed_metadata(page, items))
+        if len(keep) < len(items):  # the listing showed these unchanged: done already
+            self.unchanged[seq] = len(items) - len(keep)
+            items = tuple(items[at] for at in keep)
+        return items, headers if any(headers) else None
 
     def _key_of(self, item: str) -> str:
         """The sample an item belongs to (webdataset's key of its name)."""
@@ -323,6 +343,9 @@ class Coordinator:
             self.journal_broken = True
 
     def _page_done(self, report: PageReport) -> None:
+        unchanged = self.unchanged.pop(report.seq, 0)
+        if unchanged:  # (--sync) in step without a request: they count as done
+            report = dataclasses.replace(report, ok=report.ok + unchanged)
         self.journal.page_done(report)
         if report.failures:
             self.live.failed(report.failures)
@@ -436,6 +459,7 @@ class Coordinator:
             failures_file=failures_file,
             workers=self._worker_summaries(),
             pages_reassigned=self.pages_reassigned,
+            unchanged=sum(t.not_modified for t in ticks),
             started_at=self.started_at,
             finished_at=time.time(),
         )

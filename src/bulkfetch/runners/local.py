@@ -9,6 +9,7 @@ shards after. Pages go down to whichever worker is free; page reports and ticks 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import sqlite3
 import time
@@ -27,6 +28,7 @@ from bulkfetch.runners.pool import ProcessPool, WorkerPool
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
 from bulkfetch.sources import make_source
+from bulkfetch.sync import SyncIndex
 
 
 def _error_report(options: GetOptions, source: Any, message: str,
@@ -45,6 +47,20 @@ def _error_report(options: GetOptions, source: Any, message: str,
         listing_complete=False, resumed_files=totals.files_ok if totals else 0,
         resumed_bytes=totals.bytes if totals else 0, options=options.as_dict(),
         started_at=now, finished_at=now)
+
+
+def _after_sync(options: GetOptions, sync: SyncIndex, report: Report) -> Report:
+    """--sync: the files the listing showed unchanged in the report and, with --delete
+    after a pass listed to its end, the files the source no longer lists removed."""
+    report = dataclasses.replace(report, unchanged=report.unchanged + sync.unchanged)
+    if not options.sync.delete:
+        return report
+    if not report.listing_complete or report.error is not None or report.interrupted:
+        return report  # a file not listed yet is not a file gone
+    try:
+        return dataclasses.replace(report, deleted=sync.delete_gone(dry_run=False))
+    except BulkfetchError as exc:
+        return dataclasses.replace(report, error=str(exc))
 
 
 def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Report:
@@ -102,11 +118,22 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
             from bulkfetch.metrics import MetricsServer
 
             metrics = MetricsServer(options.metrics)
+        sync = None
+        if options.sync.sync:
+            try:
+                sync = SyncIndex(dest, options.sink.fanout, journal.start_new_pass())
+            except BulkfetchError as exc:
+                return _error_report(options, source, str(exc), journal)
         live = LiveStatus(options, source.describe(), metrics)
         try:
-            report = Coordinator(options, source, journal, on_progress, live).run(pool)
+            report = Coordinator(options, source, journal, on_progress, live, sync).run(pool)
         finally:
             live.close()
+        if sync is not None:
+            try:
+                report = _after_sync(options, sync, report)
+            finally:
+                sync.close()
         if options.sink.kind == "tar":  # shards whose every file was stored again since
             with contextlib.suppress(OSError, sqlite3.Error):
                 index.drop_superseded(dest)

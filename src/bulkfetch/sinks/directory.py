@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,6 +139,22 @@ class DirectorySink:
         self._publish(name, temporary, self.tmp_fd)
         if md5 is not None:
             self.sums.append((name, md5))
+
+    # -- get --sync: a page whose requests are conditional (sync.py) ------------------------
+    def response_headers(self, name: str, lines: list[bytes]) -> None:
+        """A 200 to a conditional request: the body that follows replaces the file."""
+
+    def not_modified(self, name: str, lines: list[bytes]) -> None:
+        """A 304: DEST's file is the source's; it stays as it is (same inode, same mtime),
+        if it is still there."""
+        path = self.dest.joinpath(*local_parts(name, self.fanout))
+        try:
+            found = os.lstat(path)
+        except OSError:
+            found = None
+        if found is None or not stat.S_ISREG(found.st_mode):
+            raise SinkFailure(f"{name} left DEST during the sync (the server says it is "
+                              "unchanged): run the sync again")
 
     def open_spool(self, name: str) -> FileSpool:
         self.counter += 1

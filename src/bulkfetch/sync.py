@@ -1,0 +1,237 @@
+"""`bulkfetch get --sync`: fetch again only what changed at the source since DEST was filled.
+
+What DEST holds is known by the MD5 of every file the directory sink wrote (its md5sum lines
+in DEST/.bulkfetch/sums, appended a page at a time; a later line of a path wins). A sync
+pass lists the source again from its first page and, for each listed file present in DEST:
+
+- when the listing states its size and MD5 (S3, a single-part ETag) and both are the file's,
+  it is not asked for at all;
+- else it is asked for with `If-None-Match: "<its MD5>"`. A server whose ETags are the
+  bodies' MD5s (S3 and most object stores, the reference server) answers 304 and the file
+  stays as it is, same inode and mtime; a server with other ETags (nginx's mtime-size)
+  answers 200 and the file is fetched again: right, only not minimal.
+
+A listed file missing from DEST, or without a recorded MD5, is fetched as usual. With
+--delete, once a pass has listed the source to its end, the files under DEST that it did not
+list are removed, through directory descriptors, never following a symlink, never inside
+DEST/.bulkfetch; --dry-run lists them and removes nothing.
+
+The index (DEST/.bulkfetch/sync.sqlite) keeps the recorded MD5s by path, rebuilt from the
+sums at each start, and the paths a pass listed, kept across an interrupted pass: memory
+does not grow with the number of files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from bulkfetch.config import GetOptions
+from bulkfetch.errors import BulkfetchError
+from bulkfetch.hashfile import parse_line
+from bulkfetch.names import local_parts
+
+INDEX_NAME = "sync.sqlite"
+SUMS_DIR = ".bulkfetch/sums"
+STATE_DIR = ".bulkfetch"
+_BATCH = 500  # paths a query asks for at once (SQLite's limit on variables is 32,766)
+
+
+class SyncIndex:
+    def __init__(self, dest: Path, fanout: int, new_pass: bool,
+                 path: Path | None = None) -> None:
+        """Open (or make) the index of `dest` (at `path`: a dry run's own, elsewhere);
+        `new_pass`: the source is listed again from its start, so the paths listed by the
+        last pass are forgotten."""
+        self.dest = Path(dest)
+        self.fanout = fanout
+        self.path = path or self.dest / STATE_DIR / INDEX_NAME
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None)
+            self.db.executescript(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+                "CREATE TABLE IF NOT EXISTS kept (path TEXT PRIMARY KEY, md5 TEXT NOT NULL)"
+                " WITHOUT ROWID;"
+                "CREATE TABLE IF NOT EXISTS listed (path TEXT PRIMARY KEY) WITHOUT ROWID;")
+            if new_pass:
+                self.db.execute("DELETE FROM listed")
+            if path is None:  # (a dry run compares nothing)
+                self._load_sums()
+        except sqlite3.Error as exc:
+            raise BulkfetchError(f"cannot use the sync index {self.path}: {exc}") from None
+        self.unchanged = 0  # files a listing showed equal to DEST's: not asked for
+
+    def _load_sums(self) -> None:
+        """The MD5 of each path, from the sums files oldest first (a later line wins)."""
+        sums = self.dest / SUMS_DIR
+        files = sorted(sums.iterdir(), key=lambda p: (p.stat().st_mtime_ns, p.name)) \
+            if sums.is_dir() else []
+        self.db.execute("BEGIN")
+        self.db.execute("DELETE FROM kept")
+        for file in files:
+            with file.open("rb") as lines:
+                batch: list[tuple[str, str]] = []
+                for line in lines:
+                    parsed = parse_line(line.rstrip(b"\n"))
+                    if parsed is not None and len(parsed.hexdigest) == 32:
+                        batch.append((os.fsdecode(parsed.name), parsed.hexdigest))
+                    if len(batch) >= 10_000:
+                        self._keep(batch)
+                self._keep(batch)
+        self.db.execute("COMMIT")
+
+    def _keep(self, batch: list[tuple[str, str]]) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO kept (path, md5) VALUES (?, ?)", batch)
+        batch.clear()
+
+    def local_path(self, name: str) -> str:
+        return "/".join(local_parts(name, self.fanout))
+
+    def _md5s(self, paths: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(paths), _BATCH):
+            chunk = paths[start:start + _BATCH]
+            found.update(self.db.execute(
+                f"SELECT path, md5 FROM kept WHERE path IN ({','.join('?' * len(chunk))})",
+                chunk).fetchall())
+        return found
+
+    def record_listed(self, names: Sequence[str]) -> list[str]:
+        """Note `names` as listed by this pass; their paths under DEST."""
+        paths = [self.local_path(name) for name in names]
+        self.db.execute("BEGIN")
+        self.db.executemany("INSERT OR IGNORE INTO listed (path) VALUES (?)",
+                            [(path,) for path in paths])
+        self.db.execute("COMMIT")
+        return paths
+
+    def _size(self, path: str) -> int | None:
+        """The size of DEST/`path` if it is a regular file (a symlink is not ours)."""
+        try:
+            found = os.lstat(self.dest / path)
+        except OSError:
+            return None
+        return found.st_size if stat.S_ISREG(found.st_mode) else None
+
+    def plan(self, items: Sequence[str], names: Sequence[str],
+             sizes: Sequence[int] | None, md5s: Sequence[str] | None,
+             ) -> tuple[list[int], tuple[str, ...]]:
+        """For a listed page's `items` (resolved to `names`; `sizes` and `md5s` when the
+        listing states them): the positions still to fetch and, for each of those, its
+        request's extra header lines ("" for none). Records every name as listed."""
+        paths = self.record_listed(names)
+        kept = self._md5s(paths)
+        fetch: list[int] = []
+        headers: list[str] = []
+        for at, path in enumerate(paths):
+            md5 = kept.get(path)
+            size = self._size(path) if md5 is not None else None
+            if md5 is None or size is None:  # not in DEST, or nothing known of it
+                fetch.append(at)
+                headers.append("")
+                continue
+            if sizes is not None and md5s is not None and md5s[at] == md5 \
+                    and sizes[at] == size:
+                self.unchanged += 1  # the listing says it is the same file
+                continue
+            fetch.append(at)
+            headers.append(f'If-None-Match: "{md5}"')
+        return fetch, tuple(headers)
+
+    # -- what the source no longer lists ----------------------------------------------------
+    def gone(self) -> Iterator[tuple[int, str, str]]:
+        """(directory fd, entry name, path under DEST) of every file under DEST, outside
+        DEST/.bulkfetch, that the pass did not list. The fd is valid until the next item."""
+        for top, dirs, files, dir_fd in os.fwalk(self.dest, follow_symlinks=False):
+            relative = os.path.relpath(top, self.dest)
+            prefix = "" if relative == "." else relative + "/"
+            if not prefix:
+                dirs[:] = [d for d in dirs if d != STATE_DIR]
+            dirs.sort()
+            # a symlink to a directory is listed among the directories, but is an entry
+            # of ours to judge like a file (fwalk does not go into it)
+            entries = sorted(files + [d for d in dirs
+                                      if os.path.islink(os.path.join(top, d))])
+            paths = [prefix + entry for entry in entries]
+            listed = self._listed(paths)
+            for entry, path in zip(entries, paths, strict=True):
+                if path not in listed:
+                    yield dir_fd, entry, path
+
+    def _listed(self, paths: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(paths), _BATCH):
+            chunk = paths[start:start + _BATCH]
+            found.update(row[0] for row in self.db.execute(
+                f"SELECT path FROM listed WHERE path IN ({','.join('?' * len(chunk))})",
+                chunk))
+        return found
+
+    def delete_gone(self, dry_run: bool, each: Callable[[str], None] | None = None) -> int:
+        """Remove (or with `dry_run`, only name) the files the pass did not list: `each`
+        is told every path under DEST; returns how many."""
+        removed = 0
+        for dir_fd, entry, path in self.gone():
+            if not dry_run:
+                try:
+                    os.unlink(entry, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise BulkfetchError(f"cannot remove {self.dest / path}: "
+                                         f"{exc.strerror}") from None
+            removed += 1
+            if each is not None:
+                each(path)
+        return removed
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.db.close()
+
+
+def dry_run(options: GetOptions, show: Callable[[str], None]) -> tuple[int, int, int]:
+    """`get --sync --dry-run`: list the source to its end and show (through `show`) each
+    file under DEST that --delete would remove. Fetches, writes and removes nothing in
+    DEST (the index of the listed paths lives in a temporary directory). Returns (files
+    listed, listed files DEST lacks, files --delete would remove). Raises BulkfetchError
+    (UsageError for what the user must fix) when the listing fails."""
+    from bulkfetch.engine.lister import ListingFailed, ListingFinished
+    from bulkfetch.engine.range_lister import lister_from_start
+    from bulkfetch.errors import UsageError
+    from bulkfetch.sources import make_source
+    from bulkfetch.sources.base import unusable_name
+
+    source = make_source(options)
+    listed = missing = 0
+    with tempfile.TemporaryDirectory(prefix="bulkfetch-dry-run-") as work:
+        index = SyncIndex(Path(options.dest), options.sink.fanout, True,
+                          Path(work) / INDEX_NAME)
+        lister = lister_from_start(source, options)
+        try:
+            lister.start()
+            while True:
+                event = lister.out.get()
+                if isinstance(event, ListingFinished):
+                    break
+                if isinstance(event, ListingFailed):
+                    raise (UsageError if event.usage else BulkfetchError)(event.message)
+                names = []
+                for item in dict.fromkeys(event.page.items):
+                    try:
+                        names.append(source.resolve(item)[0])
+                    except ValueError:
+                        names.append(unusable_name(item))
+                for path in index.record_listed(names):
+                    listed += 1
+                    missing += index._size(path) is None
+            gone = index.delete_gone(dry_run=True, each=show)
+        finally:
+            lister.stop()
+            index.close()
+    return listed, missing, gone

@@ -1,0 +1,210 @@
+"""`bulkfetch get --sync` (issue 24) against the reference server at two epochs: after a
+complete run, `--epoch 2 --mutate-rate P` plus new files: the sync fetches exactly the
+changed and new files (the server's access log), answers the rest with 304s that leave
+their files alone (inode and mtime), and DEST then equals a fresh download. Over S3 the
+listing's ETags decide, with no request for an unchanged object. `--delete --dry-run` lists
+what is gone, `--delete` removes exactly that and nothing outside DEST; an interrupted sync
+resumes; bad combinations are usage errors."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from getkit import assert_complete, command, get, read_journal
+
+from bulkfetch.server.dataset import SyntheticDataSet, mutated_indices
+from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.testing import ReferenceServer
+
+FILES, SEED, RATE, GROWN = 3000, 7, 0.02, 3030
+SIZES = "uniform:1:2000"
+BASE = ("--files", str(FILES), "--seed", str(SEED), "--file-size", SIZES, "--page-size", "250")
+EPOCH_2 = ("--files", str(GROWN), *BASE[2:], "--epoch", "2", "--mutate-rate", str(RATE))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# Every server of this module answers on one port: DEST's journal is bound to the source's
+# URL, and a sync is a rerun against the same URL (the servers run one after another).
+PORT = ("--port", str(free_port()))
+
+
+def data_set(files: int, epoch: int = 1) -> SyntheticDataSet:
+    return SyntheticDataSet(files, 250, SEED, parse_size_spec(SIZES), epoch=epoch,
+                            mutate_rate=RATE if epoch > 1 else 0.0)
+
+
+def md5s(files: int, epoch: int = 1) -> dict[str, str]:
+    found = data_set(files, epoch)
+    return {found.name(i): hashlib.md5(found.body(i)).hexdigest() for i in range(files)}
+
+
+def changed_and_new() -> set[str]:
+    found = data_set(GROWN, 2)
+    return {found.name(i) for i in mutated_indices(SEED, FILES, RATE, 1, 2)} | \
+        {found.name(i) for i in range(FILES, GROWN)}
+
+
+def file_gets(server: ReferenceServer) -> dict[int, set[str]]:
+    """status -> names the server answered a GET /get/NAME with."""
+    found: dict[int, set[str]] = {}
+    for request in server.requests():
+        if request.target.startswith("/get/"):
+            found.setdefault(request.status, set()).add(request.target[5:])
+    return found
+
+
+def stats(dest: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in dest.iterdir()
+            if p.is_file() and not p.is_symlink()}
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A DEST downloaded completely at epoch 1 (copied by each test that changes it)."""
+    dest = tmp_path_factory.mktemp("sync") / "epoch1"
+    with ReferenceServer(*PORT, *BASE) as server:
+        proc, report = get(server.url, dest, dest.parent / "r.json")
+    assert proc.returncode == 0 and report["files_ok"] == FILES, proc.stderr
+    return dest
+
+
+def copy_of(filled: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "dest"
+    subprocess.run(["cp", "-a", str(filled), str(dest)], check=True)
+    return dest
+
+
+def test_sync_fetches_exactly_the_changed_and_new_files(filled: Path, tmp_path: Path) -> None:
+    dest = copy_of(filled, tmp_path)
+    before = stats(dest)
+    fetch = changed_and_new()
+    assert 30 < len(fetch) - (GROWN - FILES) < 120  # ~2% of 3,000 changed
+    with ReferenceServer(*PORT, *EPOCH_2, access_log=True) as server:
+        proc, report = get(server.url, dest, tmp_path / "r.json", "--sync")
+        answered = file_gets(server)
+    assert proc.returncode == 0, proc.stderr
+    assert answered.get(200) == fetch  # exactly the changed and new files, once each
+    assert answered.get(304) == set(md5s(FILES)) - fetch
+    assert set(answered) == {200, 304}
+    assert (report["files_ok"], report["unchanged"]) == (GROWN, GROWN - len(fetch))
+    after = stats(dest)
+    for name, was in before.items():  # untouched: the same inode and mtime
+        if name not in fetch:
+            assert after[name] == was, name
+    assert all(after[name] != before[name] for name in fetch if name in before)
+    assert_complete(dest, md5s(GROWN, 2))  # what a fresh download of epoch 2 holds
+    # and a second sync finds everything in step: no body at all
+    with ReferenceServer(*PORT, *EPOCH_2, access_log=True) as server:
+        proc, report = get(server.url, dest, tmp_path / "r.json", "--sync")
+        assert set(file_gets(server)) == {304}
+    assert proc.returncode == 0 and report["unchanged"] == GROWN
+
+
+def test_a_locally_removed_file_is_fetched_again(filled: Path, tmp_path: Path) -> None:
+    dest = copy_of(filled, tmp_path)
+    gone = sorted(md5s(FILES))[5]
+    (dest / gone).unlink()
+    with ReferenceServer(*PORT, *BASE, access_log=True) as server:
+        proc, _ = get(server.url, dest, tmp_path / "r.json", "--sync")
+        assert file_gets(server).get(200) == {gone}
+    assert proc.returncode == 0, proc.stderr
+    assert_complete(dest, md5s(FILES))
+
+
+def test_delete_dry_run_lists_and_delete_removes_only_what_is_gone(
+        filled: Path, tmp_path: Path) -> None:
+    dest = copy_of(filled, tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not DEST's")
+    (dest / "planted-link").symlink_to(outside)  # not listed: the link goes, not its target
+    shrunk = FILES - 40
+    names = sorted(md5s(FILES))
+    gone = [*sorted(set(names) - set(md5s(shrunk))), "planted-link"]
+    args = ("--files", str(shrunk), *BASE[2:])
+    with ReferenceServer(*PORT, *args, access_log=True) as server:
+        dry = subprocess.run(command(server.url, dest, "--sync", "--delete", "--dry-run"),
+                             capture_output=True, text=True, timeout=120)
+        assert file_gets(server) == {}  # a dry run fetches nothing
+        assert dry.returncode == 0, dry.stderr
+        assert sorted(dry.stdout.split("\n")[:-1]) == sorted(f"would delete {n}" for n in gone)
+        assert "41 files" in dry.stderr and "Nothing was fetched or removed" in dry.stderr
+        assert len(stats(dest)) == FILES  # nothing removed
+        proc, report = get(server.url, dest, tmp_path / "r.json", "--sync", "--delete")
+    assert proc.returncode == 0, proc.stderr
+    assert report["deleted"] == len(gone)
+    assert outside.read_text() == "not DEST's"
+    assert_complete(dest, md5s(shrunk))
+    assert (dest / ".bulkfetch" / "journal.sqlite").exists()
+
+
+def test_delete_waits_for_a_complete_listing(filled: Path, tmp_path: Path) -> None:
+    """A sync that stops before the listing ends removes nothing: the files not yet listed
+    are not gone. Its rerun resumes and then removes what is gone."""
+    dest = copy_of(filled, tmp_path)
+    args = ("--files", str(FILES - 10), *BASE[2:], "--list-latency", "400")
+    with ReferenceServer(*PORT, *args) as server:
+        run = subprocess.Popen(command(server.url, dest, "--sync", "--delete", "-q"),
+                               start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        try:
+            while not read_journal(dest, "SELECT 1 FROM pages WHERE status = 'done' "
+                                         "AND seq >= 1"):
+                assert run.poll() is None
+        finally:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        assert len(stats(dest)) == FILES  # killed mid-listing: nothing removed
+        proc, report = get(server.url, dest, tmp_path / "r.json", "--sync", "--delete")
+    assert proc.returncode == 0, proc.stderr
+    assert report["deleted"] == 10
+    assert_complete(dest, md5s(FILES - 10))
+
+
+def test_over_s3_an_unchanged_object_is_not_asked_for(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
+        "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    dest = tmp_path / "dest"
+
+    def sync(server: ReferenceServer, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", "s3://bulkfetch", str(dest),
+             "--endpoint-url", server.url, "--no-sign-request", "-w", "2", "-q",
+             "--report", str(tmp_path / "r.json"), *extra],
+            capture_output=True, text=True, timeout=300, env=env)
+
+    with ReferenceServer(*PORT, "--s3", *BASE) as server:
+        assert sync(server).returncode == 0
+    with ReferenceServer(*PORT, "--s3", *EPOCH_2, access_log=True) as server:
+        proc = sync(server, "--sync")
+        objects = {r.target.split("?")[0].rsplit("/", 1)[1] for r in server.requests()
+                   if r.target.startswith("/bulkfetch/") and r.method == "GET"}
+        statuses = {r.status for r in server.requests() if r.target.startswith("/bulkfetch/")}
+    assert proc.returncode == 0, proc.stderr
+    assert objects == changed_and_new() and statuses == {200}  # no 304: not asked at all
+    assert_complete(dest, md5s(GROWN, 2))
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--sync", "--sink", "tar"), "--sync keeps a directory in step"),
+    (("--delete",), "--delete and --dry-run go with --sync"),
+    (("--dry-run",), "--delete and --dry-run go with --sync"),
+    (("--sync", "--restart"), "drop --restart"),
+])
+def test_bad_combinations_are_usage_errors(tmp_path: Path, args: tuple[str, ...],
+                                           said: str) -> None:
+    proc = subprocess.run(command("http://127.0.0.1:9", tmp_path / "d", *args),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert not (tmp_path / "d").exists()
