@@ -13,12 +13,18 @@ pinned to core 1 as its own process, and reads every body into memory:
 Bars (issue 24): get_many reaches at least 10x the thread pool's files/s, at no more than
 1.3x the CPU per file of the null sink with one worker. Every row counts its bodies and
 their bytes; get_many's and the pool's are checked against the export's sizes.
+
+Then (--s3-files, default 20,000; 0: none) the same comparison over S3: get_many of
+s3://bulkfetch/NAME URLs against `ThreadPoolExecutor(--threads)` over one boto3 client's
+get_object, both signing every request (SigV4), against `bulkfetch serve --s3` pinned to
+core 0, which checks every signature. Bar: get_many at least 10x the boto3 pool's files/s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -34,6 +40,7 @@ from harness import (
     pinning,
     run_measured,
     start_nginx,
+    start_reference,
 )
 
 SPEED_BAR = 10.0
@@ -76,16 +83,105 @@ def row_threads(base: str, files: int, threads: int) -> dict[str, int]:
     return {"files": len(sizes), "bytes": sum(sizes)}
 
 
+S3_KEY, S3_SECRET = "AKIDBENCHCLIENT", "bench/secret+key"
+
+
+def s3_env() -> dict[str, str]:
+    found = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return found | {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+                    "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                    "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def row_client_s3(endpoint: str, files: int) -> dict[str, int]:
+    from bulkfetch import Client
+
+    count = size = 0
+    with Client(endpoint_url=endpoint) as client:
+        for _, body in client.get_many(f"s3://bulkfetch/{name}" for name in names(files)):
+            count += 1
+            size += len(body)  # type: ignore[arg-type]
+    return {"files": count, "bytes": size}
+
+
+def row_boto3(endpoint: str, files: int, threads: int) -> dict[str, int]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import boto3
+    from botocore.config import Config
+
+    # one client shared by the threads, as boto3's documentation allows, its pool as large
+    # as the thread count
+    s3 = boto3.client("s3", endpoint_url=endpoint,
+                      config=Config(max_pool_connections=threads, s3={"addressing_style": "path"}))
+
+    def fetch(name: str) -> int:
+        return len(s3.get_object(Bucket="bulkfetch", Key=name)["Body"].read())
+
+    with ThreadPoolExecutor(threads) as pool:
+        sizes = list(pool.map(fetch, names(files)))
+    return {"files": len(sizes), "bytes": sum(sizes)}
+
+
+def s3_rows(place, args, me) -> None:  # type: ignore[no-untyped-def]
+    """Client.get_many over s3:// URLs against ThreadPoolExecutor + boto3, both signing
+    every request, against `bulkfetch serve --s3` checking every signature."""
+    server = start_reference(place.server, args.s3_files, processes=1,
+                             extra=["--s3", "--s3-credentials", f"{S3_KEY}:{S3_SECRET}"])
+    rows = {
+        "Client.get_many, s3:// URLs (signed)": [
+            *me, "--files", str(args.s3_files), "--row", "client-s3", server.url],
+        f"ThreadPoolExecutor({args.threads}) + boto3 get_object (signed)": [
+            *me, "--files", str(args.s3_files), "--threads", str(args.threads), "--row",
+            "boto3", server.url],
+    }
+    measured: dict[str, list[tuple[float, float]]] = {label: [] for label in rows}
+    verified: dict[str, str] = {}
+    try:
+        for number in range(args.rounds):
+            order = list(rows) if number % 2 == 0 else list(rows)[::-1]
+            for label in order:
+                run = run_measured(rows[label], timeout=3600, env=s3_env())
+                found = json.loads(run.stdout.strip().splitlines()[-1]) \
+                    if run.returncode == 0 else {"files": 0, "bytes": 0}
+                ok = found == {"files": args.s3_files, "bytes": 100 * args.s3_files}
+                verified[label] = f"{'yes' if ok else 'NO'}: {found['files']:,} bodies, " \
+                                  f"{found['bytes']:,} bytes"
+                if not ok:
+                    log(run.stderr[-800:])
+                measured[label].append((run.seconds, run.cpu_seconds))
+                log(f"  round {number + 1}: {label}: {args.s3_files / run.seconds:,.0f} "
+                    "files/s")
+    finally:
+        server.stop()
+    rate = {label: args.s3_files / statistics.median(s for s, _ in runs)
+            for label, runs in measured.items()}
+    print(f"\n{args.s3_files:,} objects of 100 bytes from bulkfetch serve --s3 (every SigV4 "
+          f"signature checked), {place.note}; median of {args.rounds} rounds\n")
+    print("| row | files/s | CPU µs/file | verified |\n|---|---:|---:|---|")
+    for label, runs in measured.items():
+        cpu = statistics.median(c for _, c in runs) / args.s3_files * 1e6
+        print(f"| {label} | {rate[label]:,.0f} | {cpu:.1f} | {verified[label]} |")
+    client, pool = list(rows)
+    speed = rate[client] / rate[pool]
+    print(f"\n- [{'x' if speed >= SPEED_BAR else ' '}] get_many files/s × the boto3 pool's: "
+          f"{speed:.1f} (>= {SPEED_BAR:g})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=32)
+    parser.add_argument("--s3-files", type=int, default=20_000,
+                        help="objects for the s3:// rows against boto3 (0: none)")
     parser.add_argument("--row", nargs=2, metavar=("KIND", "BASE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.row:  # one measured row, in its own process
         kind, base = args.row
         found = row_client(base, args.files) if kind == "client" else \
+            row_client_s3(base, args.files) if kind == "client-s3" else \
+            row_boto3(base, args.files, args.threads) if kind == "boto3" else \
             row_threads(base, args.files, args.threads)
         print(json.dumps(found))
         return 0
@@ -156,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{speed:.1f} (>= {SPEED_BAR:g})")
     print(f"- [{'x' if cpu <= CPU_BAR else ' '}] get_many CPU/file × null sink, 1 worker: "
           f"{cpu:.2f} (<= {CPU_BAR})")
+    if args.s3_files:
+        s3_rows(place, args, me)
     return 0
 
 

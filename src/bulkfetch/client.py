@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from bulkfetch.client_cache import Answer, DiskLayer, NotModified
+from bulkfetch.client_s3 import S3Urls
 from bulkfetch.errors import BulkfetchError
 from bulkfetch.httpcache import Entry, HttpCache
 from bulkfetch.memcache import MemoryCache
@@ -69,6 +70,8 @@ class _Source:
 
     def __init__(self, calls: dict[int, _Call]) -> None:
         self.calls = calls
+        # s3:// URLs: set by the caller's thread before the first page holding one is sent
+        self.s3: S3Urls | None = None
 
     def describe(self) -> str:
         return "bulkfetch.Client"
@@ -81,7 +84,10 @@ class _Source:
         found = self.calls.get(int(call))
         if found is None:  # the caller stopped reading that call: nothing to fetch
             raise ValueError("the call was abandoned")
-        return item, found.urls[int(position)]
+        url = found.urls[int(position)]
+        if url.startswith("s3://") and self.s3 is not None:
+            return item, self.s3.object_url(url)
+        return item, url
 
 
 class _Deliver(NullSink):
@@ -170,7 +176,9 @@ class Client:
     Keyword options are those of `bulkfetch.download()` that concern transfers:
     `concurrency` ("auto" or a number), `max_concurrency`, `per_host`, `max_rps`,
     `limit_rate`, `retries`, `max_retry_wait`, `connect_timeout`, `idle_timeout`,
-    `total_timeout`, `min_speed`, `verify`, `ca_bundle`, `insecure`. `window`: at most this
+    `total_timeout`, `min_speed`, `verify`, `ca_bundle`, `insecure`; for s3://BUCKET/KEY
+    URLs, `endpoint_url`, `region`, `profile`, `no_sign_request`, `addressing_style`
+    (credentials as the AWS tools find them; see client_s3.py). `window`: at most this
     many URLs of one call in hand at once (sent to the loop, not yet taken). `cache_bytes`:
     keep bodies in memory up to this many bytes (least recently used dropped first), each
     for `cache_ttl` seconds (None: until dropped); a URL kept is answered without a
@@ -215,7 +223,10 @@ class Client:
         self.inbox: queue.SimpleQueue[Page | None] = queue.SimpleQueue()
         self.deliver = _Deliver(self.calls) if self.disk is None else \
             _DeliverCached(self.calls)
-        self.fetcher = Fetcher(self.options, _Source(self.calls),  # type: ignore[arg-type]
+        self.source = _Source(self.calls)
+        self.s3_lock = threading.Lock()
+        self.signing: S3Urls | None = None  # to hand to the fetcher on the loop's thread
+        self.fetcher = Fetcher(self.options, self.source,  # type: ignore[arg-type]
                                self.deliver)  # type: ignore[arg-type]
         self.error: BaseException | None = None
         self.closed = False
@@ -242,6 +253,9 @@ class Client:
                     if page is None:
                         return
                     held.append(page)
+                if self.signing is not None:  # the first s3:// URL with credentials
+                    fetcher.sign_with(self.signing.sign, self.signing.curl_options())
+                    self.signing = None
                 while held and fetcher.wants_pages:
                     fetcher.add_page(held.popleft())
                 fetcher.step(STEP_S)
@@ -265,6 +279,8 @@ class Client:
               stale: dict[int, Entry] | None = None) -> None:
         """`batch` (position, url) to the loop; with a disk cache, `stale`: the entries to
         revalidate by position (their conditional headers ride in the page)."""
+        if self.source.s3 is None and any(url.startswith("s3://") for _, url in batch):
+            self._start_s3()
         for position, url in batch:
             call.urls[position] = url
         names = tuple(f"{call.number}-{position}" for position, _ in batch)
@@ -274,6 +290,16 @@ class Client:
             headers = tuple(DiskLayer.request_headers(stale.get(position))
                             for position, _ in batch)
         self.inbox.put(Page(next(self.pages), None, names, headers=headers))
+
+    def _start_s3(self) -> None:
+        """The S3 settings, found at the first s3:// URL (raises UsageError to the caller
+        when they cannot be); with credentials, the loop signs from its next turn on."""
+        with self.s3_lock:
+            if self.source.s3 is None:
+                urls = S3Urls(self.options.s3)
+                if urls.signs:
+                    self.signing = urls
+                self.source.s3 = urls
 
     # -- the caller's side ---------------------------------------------------------------
     def get_many(self, urls: Iterable[str], *, ordered: bool = False,

@@ -601,6 +601,19 @@ class Fetcher:
         self.free.append(handle)
         self._retry_or_fail(transfer, reason, retryable, retry_after)
 
+    def sign_with(self, sign: Callable[[str], list[str]],
+                  options: Sequence[tuple[int, Any]] = ()) -> None:
+        """From now on every transfer's headers come from `sign(url)` (a Client given its
+        first s3:// URL), and `options` hold for every handle, those made already and those
+        to come."""
+        self.sign = sign
+        if self.request_headers is None:  # (a cache's _page_headers asks self.sign itself)
+            self.request_headers = lambda transfer: sign(transfer[2])
+        self.source_options = [*self.source_options, *options]
+        for handle in self.handles:
+            for option, value in options:
+                handle.setopt(option, value)
+
     # -- a cache's pages (Page.headers: a Client's cache_dir) -------------------------------
     def _cache_page(self, state: _PageState, names: Sequence[str],
                     headers: tuple[str, ...]) -> None:
