@@ -29,16 +29,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from harness import (
+    Measured,
+    alternating_rounds,
     bulkfetch_command,
     cached_export,
     fit_open_file_cache,
     log,
     pinning,
-    run_measured,
     start_nginx,
     start_reference,
 )
@@ -49,6 +49,16 @@ CPU_BAR = 1.3
 
 def names(files: int) -> list[str]:
     return [f"f{i:010d}" for i in range(files)]
+
+
+def bodies_verified(run: Measured, expected: dict[str, int]) -> str:
+    """What a row that printed its counts as JSON got, against what it should have."""
+    found = json.loads(run.stdout.strip().splitlines()[-1]) if run.returncode == 0 else \
+        dict.fromkeys(expected, 0)
+    if found != expected:
+        log(run.stderr[-800:])
+    return f"{'yes' if found == expected else 'NO'}: {found['files']:,} bodies, " \
+           f"{found['bytes']:,} bytes"
 
 
 def row_client(base: str, files: int) -> dict[str, int]:
@@ -135,23 +145,12 @@ def s3_rows(place, args, me) -> None:  # type: ignore[no-untyped-def]
             *me, "--files", str(args.s3_files), "--threads", str(args.threads), "--row",
             "boto3", server.url],
     }
-    measured: dict[str, list[tuple[float, float]]] = {label: [] for label in rows}
-    verified: dict[str, str] = {}
     try:
-        for number in range(args.rounds):
-            order = list(rows) if number % 2 == 0 else list(rows)[::-1]
-            for label in order:
-                run = run_measured(rows[label], timeout=3600, env=s3_env())
-                found = json.loads(run.stdout.strip().splitlines()[-1]) \
-                    if run.returncode == 0 else {"files": 0, "bytes": 0}
-                ok = found == {"files": args.s3_files, "bytes": 100 * args.s3_files}
-                verified[label] = f"{'yes' if ok else 'NO'}: {found['files']:,} bodies, " \
-                                  f"{found['bytes']:,} bytes"
-                if not ok:
-                    log(run.stderr[-800:])
-                measured[label].append((run.seconds, run.cpu_seconds))
-                log(f"  round {number + 1}: {label}: {args.s3_files / run.seconds:,.0f} "
-                    "files/s")
+        measured, verified = alternating_rounds(
+            rows, args.rounds, args.s3_files,
+            lambda label, run: bodies_verified(run, {"files": args.s3_files,
+                                                     "bytes": 100 * args.s3_files}),
+            env=s3_env(), timeout=3600)
     finally:
         server.stop()
     rate = {label: args.s3_files / statistics.median(s for s, _ in runs)
@@ -204,32 +203,18 @@ def main(argv: list[str] | None = None) -> int:
             "--sink", "null", "-w", "1", "-q", "--report", str(work / "null.json")],
     }
     expected_bytes = sum(p.stat().st_size for p in (export / "files").iterdir())
-    measured: dict[str, list[tuple[float, float]]] = {label: [] for label in rows}
-    verified: dict[str, str] = {}
+
+    def verify(label: str, run: Measured) -> str:
+        if label.startswith("bulkfetch get"):
+            report = json.loads((work / "null.json").read_text())
+            ok = report["files_ok"] == args.files and run.returncode == 0
+            subprocess.run(["rm", "-rf", str(work / "null")], check=False)
+            return f"{'yes' if ok else 'NO'}: report says {report['files_ok']:,} ok"
+        return bodies_verified(run, {"files": args.files, "bytes": expected_bytes})
+
     try:
         subprocess.run(rows["Client.get_many"], capture_output=True, timeout=600)  # warm-up
-        for number in range(args.rounds):
-            order = list(rows) if number % 2 == 0 else list(rows)[::-1]
-            for label in order:
-                started = time.monotonic()
-                run = run_measured(rows[label], timeout=1800)
-                if label.startswith("bulkfetch get"):
-                    report = json.loads((work / "null.json").read_text())
-                    ok = report["files_ok"] == args.files and run.returncode == 0
-                    verified[label] = f"{'yes' if ok else 'NO'}: report says " \
-                                      f"{report['files_ok']:,} ok"
-                    subprocess.run(["rm", "-rf", str(work / "null")], check=False)
-                else:
-                    found = json.loads(run.stdout.strip().splitlines()[-1]) \
-                        if run.returncode == 0 else {"files": 0, "bytes": 0}
-                    ok = found == {"files": args.files, "bytes": expected_bytes}
-                    verified[label] = f"{'yes' if ok else 'NO'}: {found['files']:,} bodies, " \
-                                      f"{found['bytes']:,} bytes"
-                    if not ok:
-                        log(run.stderr[-800:])
-                measured[label].append((run.seconds, run.cpu_seconds))
-                log(f"  round {number + 1}: {label}: {args.files / run.seconds:,.0f} files/s "
-                    f"({time.monotonic() - started:.1f} s)")
+        measured, verified = alternating_rounds(rows, args.rounds, args.files, verify)
     finally:
         nginx.stop()
         subprocess.run(["rm", "-rf", str(work)], check=False)

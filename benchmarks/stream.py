@@ -27,11 +27,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import zlib
 from pathlib import Path
 
 from harness import (
+    Measured,
+    alternating_rounds,
     bulkfetch_command,
     cached_export,
     fit_open_file_cache,
@@ -99,33 +100,24 @@ def main(argv: list[str] | None = None) -> int:
         "bulkfetch.stream(workers=2)": [*me, "--row", "page", nginx.url],
         "stream, a message per body (pickled one by one)": [*me, "--row", "each", nginx.url],
     }
-    measured: dict[str, list[tuple[float, float]]] = {label: [] for label in rows}
-    verified: dict[str, str] = {}
+
+    def verify(label: str, run: Measured) -> str:
+        if label.startswith("bulkfetch get"):
+            report = json.loads((work / "null.json").read_text())
+            ok = report["files_ok"] == args.files and run.returncode == 0
+            subprocess.run(["rm", "-rf", str(work / "null")], check=False)
+            return f"{'yes' if ok else 'NO'}: report says {report['files_ok']:,} ok"
+        found = json.loads(run.stdout.strip().splitlines()[-1]) \
+            if run.returncode == 0 else {"files": 0, "bytes": 0, "crc": 0}
+        if found != expected:
+            log(run.stderr[-800:])
+        return f"{'yes' if found == expected else 'NO'}: {found['files']:,} bodies, " \
+               f"{found['bytes']:,} bytes, CRC sum " \
+               f"{'equal' if found['crc'] == expected['crc'] else 'DIFFERS'}"
+
     try:
         subprocess.run(rows["bulkfetch.stream(workers=2)"], capture_output=True, timeout=600)
-        for number in range(args.rounds):
-            order = list(rows) if number % 2 == 0 else list(rows)[::-1]
-            for label in order:
-                started = time.monotonic()
-                run = run_measured(rows[label], timeout=1800)
-                if label.startswith("bulkfetch get"):
-                    report = json.loads((work / "null.json").read_text())
-                    ok = report["files_ok"] == args.files and run.returncode == 0
-                    verified[label] = f"{'yes' if ok else 'NO'}: report says " \
-                                      f"{report['files_ok']:,} ok"
-                    subprocess.run(["rm", "-rf", str(work / "null")], check=False)
-                else:
-                    found = json.loads(run.stdout.strip().splitlines()[-1]) \
-                        if run.returncode == 0 else {"files": 0, "bytes": 0, "crc": 0}
-                    ok = found == expected
-                    verified[label] = f"{'yes' if ok else 'NO'}: {found['files']:,} bodies, " \
-                                      f"{found['bytes']:,} bytes, CRC sum " \
-                                      f"{'equal' if found['crc'] == expected['crc'] else 'DIFFERS'}"
-                    if not ok:
-                        log(run.stderr[-800:])
-                measured[label].append((run.seconds, run.cpu_seconds))
-                log(f"  round {number + 1}: {label}: {args.files / run.seconds:,.0f} files/s "
-                    f"({time.monotonic() - started:.1f} s)")
+        measured, verified = alternating_rounds(rows, args.rounds, args.files, verify)
     finally:
         nginx.stop()
 

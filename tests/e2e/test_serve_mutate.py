@@ -7,7 +7,6 @@ export of an epoch answers like the live server."""
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from email.utils import formatdate
 from pathlib import Path
 
 import pytest
+from test_nginx_export import Client as ExportClient
 from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
 
 from bulkfetch.server.dataset import DAY, EPOCH_2025, SyntheticDataSet, mutated_indices
@@ -32,19 +32,8 @@ NS = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
 Answer = tuple[int, dict[str, str], bytes]
 
 
-class Client:
-    """One keep-alive connection."""
-
-    def __init__(self, url: str) -> None:
-        parsed = urllib.parse.urlsplit(url)
-        self.conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=10)
-
-    def ask(self, target: str, method: str = "GET", headers: dict[str, str] | None = None
-            ) -> Answer:
-        self.conn.request(method, target, headers=headers or {})
-        response = self.conn.getresponse()
-        body = response.read()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+class Client(ExportClient):
+    """One keep-alive connection that also reads a whole listing."""
 
     def names(self) -> list[str]:
         names: list[str] = []

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -371,3 +371,22 @@ def settle(*paths: Path, pause: float = 2.0) -> None:
                 path.unlink()
     os.sync()
     time.sleep(pause)
+
+
+def alternating_rounds(rows: dict[str, list[str]], rounds: int, files: int,
+                       verify: Callable[[str, Measured], str],
+                       env: dict[str, str] | None = None, timeout: float = 1800,
+                       ) -> tuple[dict[str, list[tuple[float, float]]], dict[str, str]]:
+    """Run every row `rounds` times, every other round in reverse order (a machine's speed
+    drifts: each row sees early and late turns). Returns (label -> [(seconds, CPU
+    seconds)] by round, label -> what `verify(label, run)` said of its last run)."""
+    measured: dict[str, list[tuple[float, float]]] = {label: [] for label in rows}
+    verified: dict[str, str] = {}
+    for number in range(rounds):
+        order = list(rows) if number % 2 == 0 else list(rows)[::-1]
+        for label in order:
+            run = run_measured(rows[label], timeout=timeout, env=env)
+            verified[label] = verify(label, run)
+            measured[label].append((run.seconds, run.cpu_seconds))
+            log(f"  round {number + 1}: {label}: {files / run.seconds:,.0f} files/s")
+    return measured, verified
