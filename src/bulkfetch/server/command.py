@@ -14,6 +14,8 @@ MAX_RPS = 10_000_000  # as server.limits.MAX_RPS (not imported: the server loads
 MAX_EPOCH = 1000  # as server.dataset.MAX_EPOCH, for the same reason
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+# As server.shapes.SHAPES (not imported: the server loads when it runs)
+SHAPE_CHOICES = ("seed", "gcs", "link", "drf", "hf-tree")
 
 
 def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
@@ -72,9 +74,14 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
                    "404 or 410 (by name). Not part of the per-request rates' sum of at most 1.")
 @click.option("--stale-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               metavar="P",
-              help="With --s3: for this share of NAMES, listings state another ETag (half "
-                   "of them another Size too) than GETs serve, as if each object changed "
-                   "after it was listed. Not part of the per-request rates' sum.")
+              help="With --s3 or --shape: for this share of NAMES, listings state another "
+                   "ETag or digest (half of them another size too) than GETs serve, as if "
+                   "each object changed after it was listed. Not part of the per-request "
+                   "rates' sum.")
+@click.option("--lie-md5", "lie_md5", multiple=True, metavar="NAME",
+              help="With --s3 or --shape (repeatable): the listing states another MD5 (and "
+                   "SHA-256, or S3 ETag) of the file NAME than its GET serves, size right, "
+                   "so a client that checks the listing fails exactly that file.")
 @click.option("--huge-page", type=click.IntRange(min=1), default=None, metavar="N",
               help="The first list page holds the first N names (at most --files), streamed; "
                    "later pages hold --page-size names from there on.")
@@ -138,6 +145,24 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
               help="With --s3-credentials: the credentials are temporary, and every request "
                    "must carry this session token (x-amz-security-token, signed), else 403 "
                    "InvalidToken.")
+@click.option("--shape", type=click.Choice(SHAPE_CHOICES), default="seed", show_default=True,
+              help="List the data set as a real API lists files, beside the seed API (see "
+                   "SHAPES above and src/bulkfetch/server/shapes.py): gcs (Cloud Storage "
+                   "JSON API), link (GitHub/GitLab Link headers), drf (Django REST "
+                   "framework), hf-tree (Hugging Face Hub tree). Not with --s3.")
+@click.option("--require-bearer", "--bearer-token", "bearer_token", default=None,
+              metavar="TOKEN", envvar="BULKFETCH_SERVE_BEARER", show_envvar=True,
+              help="Answer every request (listings and files) without 'Authorization: "
+                   "Bearer TOKEN' with 401 and a WWW-Authenticate challenge. The access "
+                   "log says whether a request carried Authorization, never its value. "
+                   "Not with --s3 (see --s3-credentials).")
+@click.option("--redirect-files-to", default=None, metavar="http://HOST:PORT",
+              help="Answer every file GET and HEAD with 302 to the same path on this "
+                   "origin, e.g. a second `bulkfetch serve` with the same data set and "
+                   "--shape (and no --require-bearer): whether a client sends its "
+                   "credentials to another host shows in that server's access log. "
+                   "Listings are answered here. Unlike --redirect-rate's other-host, every "
+                   "file and to a real second server. Not with --s3.")
 @click.option("--list-latency", default=None, metavar="MS|MIN-MAX",
               help="Delay every list page (seed API and S3) by MS milliseconds, or uniformly "
                    "MIN-MAX, on top of --latency: a store far away, for listing benchmarks.")
@@ -171,13 +196,39 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
           ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, epoch: int,
           mutate_rate: float, s3: bool,
           s3_bucket: str, s3_credentials: str | None, s3_session_token: str | None,
+          lie_md5: tuple[str, ...], shape: str, bearer_token: str | None,
+          redirect_files_to: str | None,
           list_latency: str | None, max_concurrent: int | None, max_rps: int | None, host: str,
           port: int, processes: int | None, access_log: str | None,
           export_static: str | None) -> None:
     """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME;
-    with --s3, the same files as an S3 bucket too.
+    with --s3, the same files as an S3 bucket too; with --shape, listed as a real API lists.
 
     The first line on stdout is 'serving http://HOST:PORT ...'. Stop it with Ctrl-C.
+
+    SHAPES (--shape; the fault switches apply to their list pages and files alike):
+
+    \b
+    gcs      Google Cloud Storage JSON API (cloud.google.com/storage/docs/json_api/v1):
+             GET /storage/v1/b/bulkfetch/o?pageToken=T&maxResults=N -> {"kind":
+             "storage#objects", "items": [{"name", "bucket", "size" (a string),
+             "md5Hash" (base64), "etag", "generation", "mediaLink", ...}],
+             "nextPageToken"}; bytes at /storage/v1/b/bulkfetch/o/NAME?alt=media and
+             /download/storage/v1/b/bulkfetch/o/NAME?alt=media (NAME with '/' as %2F).
+    link     GitHub/GitLab pagination (docs.github.com/en/rest/using-the-rest-api/
+             using-pagination-in-the-rest-api): GET /files?page=N&per_page=M -> [{"name",
+             "path", "size", "digest" ("sha256:HEX"), "md5", "download_url",
+             "browser_download_url", ...}], Link: <http://HOST/files?page=N+1&per_page=M>;
+             rel="next" (and prev, last, first; absolute URLs); bytes at /raw/NAME.
+    drf      Django REST framework pagination (django-rest-framework.org/api-guide/
+             pagination): GET /api/files/?page=N, or ?limit=L&offset=O -> {"count", "next"
+             (absolute URL or null), "previous", "results": [{"name", "size", "md5",
+             "url"}]}; bytes at /media/NAME.
+    hf-tree  Hugging Face Hub tree (huggingface_hub's HfApi.list_repo_tree):
+             GET /api/models/bulkfetch/synthetic/tree/main?cursor=C -> [{"type": "file",
+             "oid", "size", "path", "lfs": {"oid" (SHA-256), "size", "pointerSize"}}],
+             Link: <...&cursor=C2>; rel="next"; bytes at
+             /bulkfetch/synthetic/resolve/main/PATH (/api/datasets/..., /datasets/... too).
     """
     from bulkfetch.server.faults import FaultConfig, parse_latency, parse_redirect_kinds
     from bulkfetch.server.hostile import BAD_PAGE_KINDS
@@ -216,6 +267,7 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
                 retry_after=retry_after,
                 trickle_interval=trickle_interval,
                 redirect_to=parse_redirect_kinds(redirect_to),
+                lie_md5=frozenset(lie_md5),
             ),
             hostile_names=hostile_names,
             bad_pages=kinds,
@@ -238,6 +290,9 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
             else (0.0, 0.0),
             max_concurrent=max_concurrent,
             max_rps=max_rps,
+            shape=shape,
+            bearer_token=bearer_token,
+            redirect_files_to=redirect_files_to,
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from None

@@ -104,7 +104,13 @@ def _refuse_dynamic_behaviour(options: ServeOptions) -> None:
     if options.huge_page is not None:
         refused.append("--huge-page")
     if options.faults.active:
-        refused.append("fault injection (--*-rate, --latency)")
+        refused.append("fault injection (--*-rate, --latency, --lie-md5)")
+    if options.shape != "seed":
+        refused.append(f"--shape {options.shape}")
+    if options.bearer_token is not None:
+        refused.append("--require-bearer")
+    if options.redirect_files_to is not None:
+        refused.append("--redirect-files-to")
     if options.digest_header:
         refused.append("--digest-header")
     if options.bandwidth_per_connection:

@@ -86,6 +86,9 @@ class FaultConfig:
     encoding_rate: float = 0.0
     deny_rate: float = 0.0  # per name; not part of the per-attempt sum
     stale_rate: float = 0.0  # per name: S3 listings state another version (stale())
+    # --lie-md5: names whose listed digest is wrong (stale() says "etag" for each), so a
+    # client checking the listing fails exactly those files
+    lie_md5: frozenset[str] = frozenset()
     latency_ms: tuple[float, float] = (0.0, 0.0)
     retry_after: int = 0  # 0: "Retry-After: 0", which asks for no pause
     trickle_interval: float = 1.0
@@ -129,7 +132,12 @@ class FaultConfig:
     @property
     def active(self) -> bool:
         return any(self.rates()) or self.deny_rate > 0 or self.latency_ms[1] > 0 or \
-            self.stale_rate > 0
+            self.misstates
+
+    @property
+    def misstates(self) -> bool:
+        """Whether listings misstate some names (--stale-rate, --lie-md5): stale() matters."""
+        return self.stale_rate > 0 or bool(self.lie_md5)
 
 
 def parse_latency(text: str, flag: str = "--latency") -> tuple[float, float]:
@@ -265,9 +273,11 @@ class FaultPlan:
         return Decision(fault, delay, bool(h[12] & 1), bool(h[12] & 2), redirect)
 
     def stale(self, name: str) -> str | None:
-        """What an S3 listing misstates of the object `name`, as if it had changed after
-        being listed, from (seed, name) alone: "etag" (rewritten, same length), "size"
-        (size and ETag), or None."""
+        """What a listing (S3's, or a --shape's) misstates of the object `name`, as if it
+        had changed after being listed, from (seed, name) alone: "etag" (another ETag or
+        digest, same size), "size" (size and digest), or None. --lie-md5's names: "etag"."""
+        if name in self.config.lie_md5:
+            return "etag"
         rate = self.config.stale_rate
         if rate <= 0:
             return None

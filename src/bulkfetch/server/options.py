@@ -12,6 +12,7 @@ from bulkfetch.server.app import App
 from bulkfetch.server.dataset import MAX_EPOCH, DataSet, SyntheticDataSet
 from bulkfetch.server.faults import Attempts, FaultConfig, FaultPlan
 from bulkfetch.server.hostile import BAD_PAGE_KINDS, BadPages, HostileNames, HugeFirstPage
+from bulkfetch.server.http import Handler
 from bulkfetch.server.limits import MAX_RPS
 from bulkfetch.server.s3app import S3App
 from bulkfetch.server.sizes import SizeSpec, parse_size_spec
@@ -53,6 +54,15 @@ class ServeOptions:
     # Politeness tests (limits.py), across all processes; None: no limit
     max_concurrent: int | None = None  # requests in flight; more are answered 503
     max_rps: int | None = None  # requests accepted in any one second; more get 429 (S3: 503)
+    # Real listing APIs (issue 25, server/shapes.py): the data set listed as `shape` lists,
+    # beside the seed API; "seed" builds the plain App, with no wrapper at all
+    shape: str = "seed"
+    # Every request must carry 'Authorization: Bearer TOKEN' (else 401); not with --s3,
+    # whose Authorization header is a SigV4 signature
+    bearer_token: str | None = None
+    # File GETs answered 302 to the same target on this origin (http://HOST:PORT): a second
+    # server, so that a client's credentials across hosts can be tested
+    redirect_files_to: str | None = None
 
     def __post_init__(self) -> None:
         if self.files < 0:
@@ -103,9 +113,10 @@ class ServeOptions:
                                  "they do not apply with --s3")
         elif self.s3_credentials is not None:
             raise UsageError("--s3-credentials applies with --s3")
-        elif self.faults.stale_rate:
-            raise UsageError("--stale-rate misstates S3 listings: it applies with --s3 (the "
-                             "seed API lists no sizes or ETags)")
+        elif self.shape == "seed" and self.faults.misstates:
+            raise UsageError("--stale-rate and --lie-md5 misstate listings of sizes and "
+                             "digests: they apply with --s3 or --shape (the seed API lists "
+                             "names only)")
         if self.s3_session_token is not None and self.s3_credentials is None:
             raise UsageError("--s3-session-token goes with --s3-credentials (the temporary "
                              "access key and secret it belongs to)")
@@ -125,6 +136,43 @@ class ServeOptions:
             if self.hostile_names or self.bad_pages:
                 raise UsageError("--hostile-names and --bad-pages work on the synthetic data set, "
                                  "not with --root")
+        self._check_shape()
+
+    def _check_shape(self) -> None:
+        from bulkfetch.server.shapes import SHAPES, check_bearer_token, check_origin
+
+        if self.shape not in SHAPES:
+            raise UsageError(f"--shape {self.shape!r}: choose from {', '.join(SHAPES)}")
+        if self.shape != "seed":
+            if self.s3_bucket is not None:
+                raise UsageError(f"--shape {self.shape} and --s3 exclude each other: one "
+                                 "listing API a server")
+            if self.huge_page is not None or self.bad_pages:
+                raise UsageError("--huge-page and --bad-pages break the seed API's pages; "
+                                 "they do not apply with --shape")
+        if self.bearer_token is not None:
+            why = check_bearer_token(self.bearer_token)
+            if why is not None:
+                raise UsageError(f"--require-bearer: {why}")
+            if self.s3_bucket is not None:
+                raise UsageError("--require-bearer does not apply with --s3 (S3 requests "
+                                 "carry a SigV4 signature in Authorization: see "
+                                 "--s3-credentials)")
+        if self.redirect_files_to is not None:
+            why = check_origin(self.redirect_files_to)
+            if why is not None:
+                raise UsageError(f"--redirect-files-to {self.redirect_files_to!r}: {why}")
+            if self.s3_bucket is not None:
+                raise UsageError("--redirect-files-to applies to the seed API and --shape, "
+                                 "not to --s3")
+        if self.faults.lie_md5:
+            # A name the data set does not have would lie about nothing, silently
+            dataset = build_dataset(self)
+            missing = sorted(name for name in self.faults.lie_md5
+                             if dataset.lookup(name) is None)
+            if missing:
+                raise UsageError(f"--lie-md5: no such file in the data set: "
+                                 f"{', '.join(map(repr, missing[:5]))}")
 
     def describe(self) -> str:
         if self.root is not None:
@@ -167,7 +215,7 @@ def build_dataset(options: ServeOptions) -> DataSet:
 
 
 def build_app(options: ServeOptions, port: int | None = None,
-              attempts: Attempts | None = None) -> App | S3App:
+              attempts: Attempts | None = None) -> App | S3App | Handler:
     """`port`: where the server really listens (with --port 0, known only once bound);
     `attempts`: the attempt counts faults are decided by, when shared with other processes."""
     faults = (FaultPlan(options.faults, options.seed, attempts) if options.faults.active
@@ -178,7 +226,10 @@ def build_app(options: ServeOptions, port: int | None = None,
               wrong_content_range=options.wrong_content_range,
               list_latency_ms=options.list_latency_ms)
     if options.s3_bucket is None:
-        return app
+        if options.shape == "seed" and options.bearer_token is None \
+                and options.redirect_files_to is None:
+            return app  # the seed API as it always was: nothing in front of it
+        return _shaped(options, app)
     if options.s3_credentials is None:
         return S3App(app, options.s3_bucket)
     from bulkfetch.server.sigv4 import parse_credentials
@@ -186,3 +237,22 @@ def build_app(options: ServeOptions, port: int | None = None,
     credentials = dataclasses.replace(parse_credentials(options.s3_credentials),
                                       session_token=options.s3_session_token)
     return S3App(app, options.s3_bucket, credentials)
+
+
+def _shaped(options: ServeOptions, app: App) -> Handler:
+    """The handler for --shape, --require-bearer and --redirect-files-to, chosen once at
+    start-up: the bearer check first (a 401 before anything else), then the redirect of
+    file GETs, then the shape's routes (or the seed API's)."""
+    from bulkfetch.server.shapes import SHAPE_APPS, BearerGate, FileRedirect, seed_file_target
+
+    handler: Handler = app
+    is_file = seed_file_target
+    if options.shape != "seed":
+        host = f"[{options.host}]" if ":" in options.host else options.host
+        shaped = SHAPE_APPS[options.shape](app, f"http://{host}:{app.port}")
+        handler, is_file = shaped, shaped.file_target
+    if options.redirect_files_to is not None:
+        handler = FileRedirect(handler, options.redirect_files_to, is_file)
+    if options.bearer_token is not None:
+        handler = BearerGate(handler, options.bearer_token)
+    return handler

@@ -133,6 +133,14 @@ def serve(options: ServeOptions, announce: Callable[[str], None]) -> int:
         signed = "signed requests only" if options.s3_credentials else "any request"
         line += (f"; S3: s3://{options.s3_bucket}/ with --endpoint-url http://{host}:{port} "
                  f"(path style, {signed})")
+    if options.shape != "seed":
+        from bulkfetch.server.shapes import LISTING_PATHS
+
+        line += f"; {options.shape}: http://{host}:{port}{LISTING_PATHS[options.shape]}"
+    if options.bearer_token is not None:  # said, never shown
+        line += "; a bearer token required"
+    if options.redirect_files_to is not None:
+        line += f"; files redirected to {options.redirect_files_to}"
     # --max-concurrent, --max-rps: counted in memory every process shares (made before forking)
     limits = Limits.create(options.max_concurrent, options.max_rps)
     if options.processes == 1:

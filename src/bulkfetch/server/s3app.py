@@ -83,7 +83,7 @@ class S3App:
         """The sorted keys and what a listing says of each."""
         if self._keys is None:  # sorted on first use: a --root tree is walked once
             faults = self.app.faults
-            stale = faults.stale if faults is not None and faults.config.stale_rate else None
+            stale = faults.stale if faults is not None and faults.config.misstates else None
             self._keys = sorted_keys(self.app.dataset, stale)
         return self._keys
 
