@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from bulkfetch.config import (
     DEFAULT_MAX_PAGE_SIZE,
+    ApiShape,
     GetOptions,
     Limits,
+    RequestAuth,
     RetryPolicy,
     RunnerOptions,
     S3Options,
@@ -61,11 +63,32 @@ def build_options(
     spool_above: int = 1 << 20,
     split_above: int = 64 << 20,
     parts: int = 8,
-    list_path: str = "/list",
-    names_key: str = "FileNames",
-    next_key: str = "NextMarker",
-    marker_param: str = "next-marker",
-    get_template: str = "/get/{name}",
+    list_path: str | None = None,
+    names_key: str | None = None,
+    next_key: str | None = None,
+    marker_param: str | None = None,
+    get_template: str | None = None,
+    api: str | None = None,
+    api_file: str | os.PathLike[str] | None = None,
+    items: str | None = None,
+    name_path: str | None = None,
+    size_path: str | None = None,
+    md5_path: str | None = None,
+    sha256_path: str | None = None,
+    url_path: str | None = None,
+    total_path: str | None = None,
+    paginate: str | None = None,
+    next_path: str | None = None,
+    next_param: str | None = None,
+    page_param: str | None = None,
+    limit_param: str | None = None,
+    page_size: int | None = None,
+    first_page: int | None = None,
+    allow_cross_host_pages: bool | None = None,
+    headers: Sequence[str] = (),
+    header_file: str | os.PathLike[str] | None = None,
+    bearer_env: str | None = None,
+    netrc: bool = False,
     restart: bool = False,
     retry_failed: bool = False,
     sync: bool = False,
@@ -95,6 +118,16 @@ def build_options(
     the environment (the first one set), else libcurl's own store; `insecure` verifies
     nothing (see bulkfetch.tls).
 
+    Listing shape: the seed API's by default (`list_path`, `names_key`, `next_key`,
+    `marker_param`, `get_template`: None for its defaults). `api` (a preset: gcs,
+    github-releases, drf, hf-tree, seed) or `api_file` (a TOML file of the same keys) load
+    another; `items`, `name_path`, `size_path`, `md5_path`, `sha256_path`, `url_path`,
+    `total_path`, `next_path` (JMESPath), `paginate` (token, url, link, offset, page, none),
+    `next_param`, `page_param`, `limit_param`, `page_size`, `first_page` and
+    `allow_cross_host_pages` override them (bulkfetch.sources.apis). `headers` ("Name:
+    value"), `header_file`, `bearer_env` (the variable holding a bearer token) and `netrc`
+    authenticate listing and file requests, only to the listing's and the files' hosts.
+
     `runner="ray"`: the workers are Ray actors on the cluster at `ray_address` ("auto",
     HOST:PORT; else RAY_ADDRESS, else a Ray started for the run), one per CPU unless
     `workers` caps them; DEST must be on storage every node sees. Needs bulkfetch[ray]."""
@@ -106,11 +139,22 @@ def build_options(
 
         check_available(metrics)
     adaptive, start = _concurrency(concurrency)
+    shape, api_shape, auth = _listing(
+        source, from_file, api, api_file, headers, header_file, bearer_env, netrc,
+        {"list_path": list_path, "names_key": names_key, "next_key": next_key,
+         "marker_param": marker_param, "get_template": get_template, "items": items,
+         "name": name_path, "size": size_path, "md5": md5_path, "sha256": sha256_path,
+         "url": url_path, "total": total_path, "paginate": paginate, "next": next_path,
+         "next_param": next_param, "page_param": page_param, "limit_param": limit_param,
+         "page_size": page_size, "first_page": first_page,
+         "allow_cross_host_pages": allow_cross_host_pages})
     return GetOptions(
         source=str(source),
         dest=os.fspath(dest),
         from_file=from_file,
-        shape=SourceShape(list_path, names_key, next_key, marker_param, get_template),
+        shape=shape,
+        api=api_shape,
+        auth=auth,
         limits=Limits(workers=workers or os.cpu_count() or 1,
                       concurrency=start, adaptive=adaptive, max_concurrency=max_concurrency,
                       pages_ahead=pages_ahead, per_host=per_host, max_rps=max_rps,
@@ -132,6 +176,33 @@ def build_options(
         metrics=metrics,
         runner=RunnerOptions(runner, ray_address, workers_given=workers is not None),
     )
+
+
+def _listing(source: str, from_file: bool, api: str | None,
+             api_file: str | os.PathLike[str] | None, headers: Sequence[str],
+             header_file: str | os.PathLike[str] | None, bearer_env: str | None, netrc: bool,
+             given: dict[str, object]) -> tuple[SourceShape, ApiShape | None, RequestAuth]:
+    """The listing's shape and the requests' headers. Only the shape flags the caller gave
+    (not None) override the preset; nothing is loaded for the seed API's default run."""
+    asked = {key: value for key, value in given.items() if value is not None}
+    wants_auth = bool(headers) or header_file is not None or bearer_env is not None or netrc
+    if not asked and api is None and api_file is None and not wants_auth:
+        return SourceShape(), None, RequestAuth()
+    legacy = {"list_path", "names_key", "next_key", "marker_param", "get_template"}
+    if from_file or str(source).startswith("s3://"):
+        if asked.keys() <= legacy and api is None and api_file is None and not wants_auth:
+            return SourceShape(**asked), None, RequestAuth()  # type: ignore[arg-type]
+        raise UsageError("--api, --api-file, the listing's shape flags (--items, --next ...) "
+                         "and --header, --header-file, --bearer-env, --netrc apply to a JSON "
+                         f"listing API's URL; {str(source)!r} is not one")
+    from bulkfetch.sources.apis import resolve_shape
+    from bulkfetch.sources.headers import build_auth
+
+    auth = build_auth(headers, os.fspath(header_file) if header_file is not None else None,
+                      bearer_env, netrc)
+    shape, api_shape = resolve_shape(api, os.fspath(api_file) if api_file else None, asked,
+                                     generic=bool(auth.headers))
+    return shape, api_shape, auth
 
 
 def _sync_options(sync: bool, delete: bool, dry_run: bool, sink: str, restart: bool,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 import click
 
 from bulkfetch import __version__
+from bulkfetch.cli_api import api_options
 from bulkfetch.cli_s3 import s3_options, tls_options
 from bulkfetch.errors import BulkfetchError, UsageError
 
@@ -196,15 +197,20 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="Connections a big file is fetched over at once, taking its pieces (16 MiB "
                    "or more) in file order; each counts against --concurrency (1: one "
                    "connection).")
-@click.option("--list-path", default="/list", show_default=True, help="Listing endpoint.")
-@click.option("--names-key", default="FileNames", show_default=True,
-              help="JSON key of the names on a list page.")
-@click.option("--next-key", default="NextMarker", show_default=True,
-              help="JSON key of the next page's token.")
-@click.option("--marker-param", default="next-marker", show_default=True,
-              help="Query parameter that carries the token.")
-@click.option("--get-template", default="/get/{name}", show_default=True,
-              help="Path of one file; {name} is replaced by the URL-quoted name.")
+@click.option("--list-path", default=None,
+              help="Listing endpoint, added to URL. [default: /list; with a JSON listing's "
+                   "flags or --api: none, URL is the listing]")
+@click.option("--names-key", default=None,
+              help="JSON key of the names on a list page. [default: FileNames]")
+@click.option("--next-key", default=None,
+              help="JSON key of the next page's token. [default: NextMarker]")
+@click.option("--marker-param", default=None,
+              help="Query parameter that carries the token. [default: next-marker]")
+@click.option("--get-template", default=None,
+              help="Path of one file after URL; {name} is replaced by the URL-quoted name. "
+                   "With {origin} (URL's scheme://host:port) and {seg[N]} (the Nth segment "
+                   "of URL's path, from 0) it is a whole URL. [default: /get/{name}]")
+@api_options
 @tls_options
 @s3_options
 @click.option("--restart", is_flag=True, help="Forget DEST's journal and start over.")
@@ -239,11 +245,15 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
         report_path: str | None, **flags: object) -> None:
     """Download every file URL lists into DEST; rerun the same command to resume.
 
-    URL is a server speaking the seed API (GET /list, /list?next-marker=T, /get/NAME) or
-    any paginated JSON API of that shape (see --names-key and friends), or
-    s3://BUCKET[/PREFIX] for the keys under PREFIX of an S3-compatible store, each stored
-    under its key relative to PREFIX (credentials as the AWS tools find them). Exit status: 0 all
-    done, 1 some files failed, 2 usage error, 130 interrupted (resumable).
+    URL is a server speaking the seed API (GET /list, /list?next-marker=T, /get/NAME); or
+    any paginated JSON listing API, described by a preset (--api gcs, github-releases,
+    drf, hf-tree), a TOML file (--api-file) or flags (--items, --name, --size, --md5,
+    --url, --next, --paginate ...; JMESPath into each page), with --header, --header-file,
+    --bearer-env or --netrc for its credentials, e.g. `bulkfetch get --api gcs
+    https://storage.example/storage/v1/b/BUCKET/o DEST`; or s3://BUCKET[/PREFIX] for
+    the keys under PREFIX of an S3-compatible store, each stored under its key relative to
+    PREFIX (credentials as the AWS tools find them). Exit status: 0 all done, 1 some files
+    failed, 2 usage error (a listing that answers 401/403 too), 130 interrupted (resumable).
     """
     from bulkfetch.api import build_options
 
@@ -256,6 +266,8 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
             raise click.UsageError("give both URL and DEST (or --from-file URLS.txt DEST)")
         source, target = url_or_dest, dest
     flags["verify"] = not flags.pop("no_verify")
+    if not flags["allow_cross_host_pages"]:  # not given: the preset's, if it says
+        flags["allow_cross_host_pages"] = None
     save_cols = flags.pop("save_cols")
     flags["save_cols"] = tuple(c.strip() for c in str(save_cols).split(",") if c.strip()) \
         if save_cols is not None else ()

@@ -29,6 +29,75 @@ class SourceShape:
             raise UsageError(f"--get-template {self.get_template!r} must contain {{name}}")
 
 
+PAGINATION_STYLES = ("token", "url", "link", "offset", "page", "none")
+
+
+@dataclass(frozen=True)
+class ApiShape:
+    """A JSON listing API's shape beyond the seed API's (sources/jsonapi.py): JMESPath
+    expressions into each page and its items, and how the next page is asked for. Every
+    field is part of the journal's fingerprint: a run resumed under another shape would
+    read its journaled tokens the wrong way."""
+
+    items: str = "@"  # the page's list of items; "@": the page itself is the list
+    name: str = "@"  # an item's name; "@": the item is its name (a list of strings)
+    size: str | None = None  # an item's size in bytes (a number or a decimal string)
+    md5: str | None = None  # an item's MD5, hex or base64 (GCS's md5Hash)
+    sha256: str | None = None  # an item's SHA-256, hex, base64 or "sha256:<hex>"
+    url: str | None = None  # an item's own URL (relative to the page); else get_template
+    total: str | None = None  # the whole listing's number of files (DRF's count)
+    paginate: str = "token"  # one of PAGINATION_STYLES
+    next: str | None = None  # token: the next page's token; url: the next page's URL
+    next_param: str | None = None  # token: the query parameter that carries it
+    page_param: str | None = None  # offset / page: the parameter holding offset or number
+    limit_param: str | None = None  # offset / page: the parameter holding the page size
+    page_size: int | None = None  # items asked for per page (offset needs it)
+    first_page: int | None = None  # page: the first page's number (1); offset: 0
+    allow_cross_host_pages: bool = False  # url / link: a next page on another host is fine
+
+    def __post_init__(self) -> None:
+        if self.paginate not in PAGINATION_STYLES:
+            raise UsageError(f"--paginate {self.paginate!r}: choose one of "
+                             f"{', '.join(PAGINATION_STYLES)}")
+        if self.paginate == "token" and (not self.next or not self.next_param):
+            raise UsageError("--paginate token needs --next PATH (where the page holds the "
+                             "next token) and --next-param NAME (the query parameter that "
+                             "carries it)")
+        if self.paginate == "url" and not self.next:
+            raise UsageError("--paginate url needs --next PATH: where the page holds the next "
+                             "page's URL")
+        if self.paginate in ("offset", "page") and not self.page_param:
+            raise UsageError(f"--paginate {self.paginate} needs --page-param NAME: the query "
+                             f"parameter holding the {self.paginate}")
+        if self.paginate == "offset" and not self.page_size:
+            raise UsageError("--paginate offset needs --page-size N: how far each page moves "
+                             "the offset")
+        if self.page_size is not None and self.page_size < 1:
+            raise UsageError(f"--page-size must be >= 1, got {self.page_size}")
+        if self.limit_param and not self.page_size:
+            raise UsageError("--limit-param needs --page-size N: the value it carries")
+
+
+@dataclass(frozen=True)
+class RequestAuth:
+    """Headers sent with listing and file requests (--header, --header-file, --bearer-env)
+    and libcurl's --netrc. The values are secrets: they never reach repr(), a report, the
+    journal or status.json (summary() names the headers only), and sources send them only
+    to the listing's and the files' hosts (sources/headers.py)."""
+
+    headers: tuple[tuple[str, str], ...] = ()  # (name, value), in the order given
+    netrc: bool = False
+    origins: tuple[str, ...] = ()  # where they came from, for reports: "--bearer-env VAR"
+
+    def __repr__(self) -> str:
+        return f"RequestAuth({self.summary()!r})"
+
+    def summary(self) -> dict[str, object]:
+        """What a report may show: header names, never values."""
+        return {"headers": [name for name, _ in self.headers], "netrc": self.netrc,
+                "from": list(self.origins)}
+
+
 # A list page is held whole in memory and parsed; 16 MiB is about a million names, far
 # above any real API's page, and keeps a hostile page of 10^7 names from exhausting memory.
 DEFAULT_MAX_PAGE_SIZE = 16 << 20
@@ -272,6 +341,12 @@ class GetOptions:
     blobs: BlobPlan | None = None
     shown_in_flight: int = SHOWN_IN_FLIGHT  # big files in flight a tick names (display rows)
     runner: RunnerOptions = field(default_factory=RunnerOptions)
+    # A JSON listing API of another shape than the seed API's (None: the seed API's fast
+    # path, FileServerSource); part of fingerprint().
+    api: ApiShape | None = None
+    # Request headers and --netrc: not in fingerprint() (how a run authenticates, not what
+    # it lists; a renewed token resumes), and masked in as_dict().
+    auth: RequestAuth = field(default_factory=RequestAuth)
 
     def fingerprint(self) -> dict[str, object]:
         """What makes two runs 'the same run' for resuming: source and output layout."""
@@ -290,15 +365,20 @@ class GetOptions:
             found |= {"table": table, "table_identity": table_identity(self.source)}
         if self.source.startswith("s3://") and not self.from_file:
             found["s3"] = self.s3.listing()
+        if self.api is not None:  # only then: the seed API's runs keep their fingerprint
+            found["api"] = asdict(self.api)
         return found
 
     def as_dict(self) -> dict[str, object]:
-        if self.blobs is None:
-            return asdict(self)
         from dataclasses import replace
 
-        # a pull's plan holds credentials and tokens: a report shows only its size
-        return asdict(replace(self, blobs=None)) | {"blobs": self.blobs.summary()}
+        # Header values are secrets: a report shows their names. A pull's plan holds
+        # credentials and tokens: a report shows only its size.
+        found = asdict(replace(self, blobs=None, auth=RequestAuth()))
+        found["auth"] = self.auth.summary()
+        if self.blobs is not None:
+            found["blobs"] = self.blobs.summary()
+        return found
 
 
 def table_identity(path: str) -> list[object]:

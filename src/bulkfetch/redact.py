@@ -11,14 +11,17 @@ failures) and the terminal summary. RELIABILITY.md, hostile case 11.
   key, secret, password, policy, ...) becomes `***`; other parameters are kept, so a
   message still says which URL it is about.
 
-Masking is idempotent, never raises, and leaves text without URLs untouched.
+- secrets the run was given (a --header value, a --bearer-env token): register_secret()
+  them once, and every occurrence in any text becomes `***`, URL or not.
+
+Masking is idempotent, never raises, and leaves text without URLs or secrets untouched.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["MASK", "redact_text", "redact_url", "redact_value"]
+__all__ = ["MASK", "redact_text", "redact_url", "redact_value", "register_secret"]
 
 MASK = "***"
 
@@ -62,6 +65,29 @@ def _one(match: re.Match[str]) -> str:
     return scheme + _authority(authority) + _rest(rest)
 
 
+# Values this process was given as secrets (header values, tokens), longest first so a
+# secret holding another is masked whole. A process-wide list: the workers are forked
+# after the options are built, and inherit it.
+_SECRETS: list[str] = []
+# Shorter values are not masked as free text: "1" would mask every digit of a message.
+MIN_SECRET = 6
+
+
+def register_secret(value: str) -> None:
+    """Mask `value` wherever it appears in text from now on (a header value or token)."""
+    value = value.strip()
+    if len(value) >= MIN_SECRET and value not in _SECRETS:
+        _SECRETS.append(value)
+        _SECRETS.sort(key=len, reverse=True)
+
+
+def _mask_secrets(text: str) -> str:
+    for secret in _SECRETS:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
 def redact_url(url: str) -> str:
     """`url` with its user-info and credential-bearing query parameters masked."""
     return redact_text(url)
@@ -69,6 +95,8 @@ def redact_url(url: str) -> str:
 
 def redact_text(text: str) -> str:
     """Every URL inside free text (an error message, a reason) masked; the rest kept."""
+    if _SECRETS:
+        text = _mask_secrets(text)
     if "://" not in text:
         return text
     return _URL.sub(_one, text)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bulkfetch.config import GetOptions, S3Options, TableOptions
+from bulkfetch.config import ApiShape, GetOptions, RequestAuth, S3Options, TableOptions
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.hostile import (
     COLLISION_NAMES,
@@ -166,6 +166,24 @@ def fileserver_case(server_url: str, dest: Path) -> SourceCase:
                       secrets=(URL_PASSWORD,))
 
 
+# The seed API read by the generic JSON source (sources/jsonapi.py), as `get --items
+# FileNames --next NextMarker --next-param next-marker --list-path /list` reads it, sending
+# a header (the server ignores it) that describe() must never show.
+JSON_HEADER_VALUE = "contract-header-secret-Qw73"
+
+
+def jsonapi_options(server_url: str, dest: Path) -> GetOptions:
+    return GetOptions(source=server_url, dest=str(dest),
+                      api=ApiShape(items="FileNames", next="NextMarker",
+                                   next_param="next-marker"),
+                      auth=RequestAuth((("X-Contract", JSON_HEADER_VALUE),)))
+
+
+def jsonapi_case(server_url: str, dest: Path) -> SourceCase:
+    return SourceCase("jsonapi", jsonapi_options(server_url, dest), served_bodies(data_set()),
+                      min_pages=-(-FILES // SEED_PAGE_SIZE), secrets=(JSON_HEADER_VALUE,))
+
+
 def s3_case(server_url: str, dest: Path, home: Path, prefix: str = "") -> SourceCase:
     """The bucket, signed with temporary credentials (key, secret and session token) from
     the environment, as `bulkfetch get s3://BUCKET[/PREFIX] DEST --endpoint-url URL` runs."""
@@ -314,6 +332,11 @@ TABLE_ATTACKS = (*TRAVERSAL_NAMES, *MALFORMED_NAMES, *COLLISION_NAMES,
 def hostile_fileserver(server_url: str, dest: Path) -> HostileCase:
     return HostileCase("fileserver", GetOptions(source=server_url, dest=str(dest)),
                        hostile_bodies(), min_refused=len(TRAVERSAL_NAMES))
+
+
+def hostile_jsonapi(server_url: str, dest: Path) -> HostileCase:
+    return HostileCase("jsonapi", jsonapi_options(server_url, dest), hostile_bodies(),
+                       min_refused=len(TRAVERSAL_NAMES))
 
 
 def hostile_s3(server_url: str, dest: Path, home: Path) -> HostileCase:

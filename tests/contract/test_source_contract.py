@@ -36,11 +36,13 @@ from contract_sources import (
     fileserver_case,
     hostile_csv,
     hostile_fileserver,
+    hostile_jsonapi,
     hostile_jsonl,
     hostile_oci,
     hostile_parquet,
     hostile_s3,
     hostile_urllist,
+    jsonapi_case,
     jsonl_case,
     oci_case,
     parquet_case,
@@ -54,9 +56,9 @@ from bulkfetch.engine.ranges import KeyRange
 from bulkfetch.names import RESERVED, check_name, is_plain
 from bulkfetch.sources.base import ListedPage, Source
 
-SOURCE_IDS = ("fileserver", "s3", "s3-prefix", "urllist", "csv", "tsv-name-col",
+SOURCE_IDS = ("fileserver", "jsonapi", "s3", "s3-prefix", "urllist", "csv", "tsv-name-col",
               "jsonl-template-save-cols", "parquet-name-col-save-cols", "oci")
-HOSTILE_IDS = ("fileserver", "s3", "urllist", "csv-name-col", "jsonl-name-col",
+HOSTILE_IDS = ("fileserver", "jsonapi", "s3", "urllist", "csv-name-col", "jsonl-name-col",
                "parquet-name-col", "oci")
 MAX_PAGES = 200  # a listing longer than this is taken for a loop
 
@@ -98,6 +100,8 @@ def source_case(request: pytest.FixtureRequest,
     dest = work / "dest"
     if kind == "fileserver":
         return fileserver_case(url, dest)
+    if kind == "jsonapi":
+        return jsonapi_case(url, dest)
     if kind in ("s3", "s3-prefix"):
         return s3_case(url, dest, work, prefix=busiest_prefix() if kind == "s3-prefix" else "")
     builders = {"urllist": urllist_case, "csv": csv_case, "tsv-name-col": tsv_case,
@@ -277,6 +281,8 @@ def hostile_case(request: pytest.FixtureRequest,
     dest = work / "dest"
     if kind == "fileserver":
         return hostile_fileserver(url, dest)
+    if kind == "jsonapi":
+        return hostile_jsonapi(url, dest)
     if kind == "s3":
         return hostile_s3(url, dest, work)
     builders = {"urllist": hostile_urllist, "csv-name-col": hostile_csv,

@@ -28,6 +28,7 @@ from bulkfetch.engine.curl import (
 )
 from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
+from bulkfetch.engine.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
 from bulkfetch.models import InFlight
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
 from bulkfetch.sinks.spool import FileSpool
@@ -269,12 +270,44 @@ class BigFiles:
         transfer = self.fetcher.transfer_of[handle]
         body = self._release(handle)
         try:
-            if isinstance(body, Part):
+            if self.fetcher.follows and body.status in REDIRECT_STATUSES:
+                self._redirected(transfer, body, header_value(self.fetcher.buffers[handle][1],
+                                                              b"location"))
+            elif isinstance(body, Part):
                 self._part_completed(transfer, body, error)
             else:
                 self._stream_completed(body, error)
         finally:
             self._free(handle)
+
+    def _redirected(self, transfer: tuple[Any, ...], body: spooling.SpooledBody | Part,
+                    location: str | None) -> None:
+        """A redirect the engine follows itself (Fetcher.follows: requests carry the user's
+        headers), for a big body (--spool-above 0, a retry from the listed URL) or a piece
+        of one (a partial file resumed from its listed URL): asked again at the Location,
+        with that host's headers (Fetcher.sign), at most MAX_HOPS hops. A piece moves its
+        whole file there."""
+        fetcher = self.fetcher
+        ranged = body.file if isinstance(body, Part) else None
+        if ranged is not None and ranged.cancelled:
+            return
+        if ranged is None:
+            body.spool.discard()  # type: ignore[union-attr]
+        state, name, url, attempt = transfer[:4]
+        hops = fetcher.hops.setdefault(state, {})
+        listed_url, count = hops.get(name, (url, 0))
+        target, why = next_hop(url, location)
+        if target is None or count >= MAX_HOPS:
+            if ranged is not None:
+                self._drop(ranged)
+            fetcher._fail(state, name, why or f"more than {MAX_HOPS} redirects", attempt, url)
+            return
+        hops[name] = (listed_url, count + 1)
+        if ranged is None:
+            self.pending.appendleft((state, name, target, attempt))
+            return
+        ranged.transfer = (state, name, target, ranged.transfer[3])
+        self.pending.appendleft((state, name, target, attempt, body))
 
     def _judge(self, body: spooling.SpooledBody | Part, error: tuple[int, str] | None,
                ok_status: int) -> tuple[str, bool]:

@@ -46,6 +46,7 @@ from bulkfetch.engine.digests import (
 )
 from bulkfetch.engine.host_windows import HostWindows
 from bulkfetch.engine.hosts import HostGate, count_by_host, host_of
+from bulkfetch.engine.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
 from bulkfetch.models import (
     LATENCY_BUCKETS,
     Failure,
@@ -97,13 +98,20 @@ _Transfer = tuple[_PageState, str, str, int]
 
 def unlike_listing(listed: tuple[int, str], body: bytes, digest: str | None) -> str | None:
     """Why a body that is whole by its own answer (Content-Length, ETag) is not the object
-    the listing stated (`listed`: size, hex MD5 or ""; `digest`: the body's MD5, None when
-    not verifying): it changed since it was listed. None when it is that object."""
+    the listing stated (`listed`: size, hex MD5, "sha256:<hex>" (a JSON listing that states
+    only that) or ""; `digest`: the body's MD5, None when not verifying): it changed since it
+    was listed. None when it is that object."""
     size, md5 = listed
     if size >= 0 and len(body) != size:
         return f"changed since it was listed: body of {len(body):,} bytes, the listing " \
             f"gives {size:,}"
     if md5 and digest is not None and digest != md5:
+        if md5.startswith(_SHA256):
+            import hashlib
+
+            if hashlib.sha256(body).hexdigest() == md5[len(_SHA256):]:
+                return None
+            return "changed since it was listed: its SHA-256 is not the one the listing gives"
         return "changed since it was listed: its MD5 is not the ETag the listing gives"
     return None
 
@@ -156,6 +164,7 @@ SELECT_SEES = 900
 HIGH_FD_WAIT_S = 0.005
 
 
+_SHA256 = "sha256:"  # a listed digest that is a SHA-256, not an MD5 (Page.md5s)
 _MD5_MISMATCH = "MD5 of the body does not match the server's ETag/Content-MD5"
 # A request header with nothing after the colon is not sent (libcurl): the headers of an
 # unconditional request on a handle that may have made a conditional one.
@@ -213,6 +222,14 @@ class Fetcher:
             limits.max_rps / limits.workers, limits.limit_rate / limits.workers) \
             if limits.max_rps or limits.limit_rate else None
         self.source_options = source_options
+        # A source whose requests carry the user's headers turns libcurl's redirects off
+        # (they would carry any custom header to another host): the fetcher follows them,
+        # each hop with the headers for its own URL (engine/redirects.py). By page, the
+        # items redirected: name -> (the listed URL, hops so far); a retry starts over.
+        # Only a source that says so: a signed S3 source turns redirects off too, and wants
+        # a 3xx to stay a failure (the bucket is elsewhere), not followed with its signature.
+        self.follows = bool(getattr(source, "follows_redirects", False))
+        self.hops: dict[_PageState, dict[str, tuple[str, int]]] = {}
         # --concurrency auto: the controller moves the number of handles (engine/adaptive.py)
         self.controller: Controller | None = None
         if limits.adaptive:
@@ -373,8 +390,9 @@ class Fetcher:
         sizes, md5s = page.sizes, page.md5s
         if sizes is not None and len(sizes) == len(page.names) and (
                 md5s is None or len(md5s) == len(sizes)):
-            state.listed = dict(zip(page.names, zip(sizes, md5s or ("",) * len(sizes),
-                                                    strict=True), strict=True))
+            # by name, as _completed() looks it up (an item may be "name NUL url")
+            state.listed = dict(zip(names, zip(sizes, md5s or ("",) * len(sizes),
+                                               strict=True), strict=True))
         self.pages_held += 1
         self.live.add(state)
         return state
@@ -569,7 +587,7 @@ class Fetcher:
                                    transfer[2])
                         return
                     if listed[1] and digest is not None:
-                        way = BY_MD5
+                        way = BY_DIGEST if listed[1].startswith(_SHA256) else BY_MD5
             if reason is None:
                 state = transfer[0]
                 try:
@@ -589,6 +607,9 @@ class Fetcher:
             return
         else:
             status = handle.getinfo(pycurl.RESPONSE_CODE)
+            if self.follows and status in REDIRECT_STATUSES:
+                self._redirected(handle, transfer, header_value(lines, b"location"))
+                return
             retryable = retryable_status(status) or (
                 status == 401 and self.reauthorize is not None and self.reauthorize(transfer[2]))
             reason = f"HTTP {status}" + error_code(chunks)
@@ -600,6 +621,26 @@ class Fetcher:
         lines.clear()
         self.free.append(handle)
         self._retry_or_fail(transfer, reason, retryable, retry_after)
+
+    def _redirected(self, handle: pycurl.Curl, transfer: _Transfer,
+                    location: str | None) -> None:
+        """A redirect the fetcher follows itself (self.follows): the transfer again, at once,
+        to the Location; at most MAX_HOPS hops, http(s) only."""
+        chunks, lines = self.buffers[handle]
+        chunks.clear()
+        lines.clear()
+        self.free.append(handle)
+        state, name, url, attempt = transfer
+        if self.gate is not None:
+            self.gate.ended(url)
+        hops = self.hops.setdefault(state, {})
+        listed_url, count = hops.get(name, (url, 0))
+        target, why = next_hop(url, location)
+        if target is None or count >= MAX_HOPS:
+            self._fail(state, name, why or f"more than {MAX_HOPS} redirects", attempt, url)
+            return
+        hops[name] = (listed_url, count + 1)
+        self.pending.appendleft((state, name, target, attempt))
 
     def sign_with(self, sign: Callable[[str], list[str]],
                   options: Sequence[tuple[int, Any]] = ()) -> None:
@@ -712,6 +753,8 @@ class Fetcher:
             return None
         size, md5 = listed
         if md5 and self.verify:
+            if md5.startswith(_SHA256):
+                return Pinned(size, "sha256", bytes.fromhex(md5[len(_SHA256):]), LISTING)
             return Pinned(size, "md5", bytes.fromhex(md5), LISTING)
         return Pinned(size, "", b"", LISTING)
 
@@ -726,6 +769,8 @@ class Fetcher:
                        retry_after: float | None, big: bool = False) -> None:
         state, name, url, attempt = transfer
         if retryable and attempt <= self.policy.retries:
+            if self.hops and name in self.hops.get(state, ()):  # from the listed URL again
+                url = self.hops[state].pop(name)[0]
             self._retry_later((state, name, url, attempt + 1), attempt, retry_after, big)
         else:
             self._fail(state, name, reason, attempt, url)
@@ -763,6 +808,8 @@ class Fetcher:
 
     def _page_finished(self, state: _PageState) -> None:
         self.live.discard(state)
+        if self.hops:
+            self.hops.pop(state, None)
         ok = state.ok
         self.files_ok += ok
         self.bytes += state.bytes

@@ -36,6 +36,39 @@ class ListingFailed:
 ListerEvent = Listed | ListingFinished | ListingFailed
 
 
+def _cut(page: ListedPage, at: int, next_token: str | None) -> ListedPage:
+    """`page`'s first `at` items, with their sizes and MD5s, under `next_token`."""
+    return ListedPage(page.items[:at], next_token, page.total,
+                      page.sizes[:at] if page.sizes is not None else None,
+                      page.md5s[:at] if page.md5s is not None else None)
+
+
+def _joined(first: ListedPage | tuple[str, ...], page: ListedPage, next_token: str | None,
+            skip: int = 0) -> ListedPage:
+    """`first`'s items from `skip` on (a page, or items carried in a token, whose sizes and
+    MD5s are unknown), then `page`'s, under `next_token`: the listing's sizes and MD5s
+    stay with their items (-1 and "" where unknown), so the fetcher checks every body it
+    can against them."""
+    if isinstance(first, tuple):
+        first = ListedPage(first, None)
+    head = first.items[skip:]
+    if not head:
+        if next_token == page.next_token:
+            return page
+        return ListedPage(page.items, next_token, page.total, page.sizes, page.md5s)
+    if page.sizes is None and first.sizes is None:
+        sizes = None
+    else:
+        sizes = (first.sizes[skip:] if first.sizes is not None else (-1,) * len(head)) + \
+            (page.sizes if page.sizes is not None else (-1,) * len(page.items))
+    if page.md5s is None and first.md5s is None:
+        md5s = None
+    else:
+        md5s = (first.md5s[skip:] if first.md5s is not None else ("",) * len(head)) + \
+            (page.md5s if page.md5s is not None else ("",) * len(page.items))
+    return ListedPage(head + page.items, next_token, page.total, sizes, md5s)
+
+
 class ListerThread(threading.Thread):
     """What both listers share: events out on a bounded queue, a stop flag, retry jitter."""
 
@@ -107,11 +140,11 @@ class Lister(ListerThread):
             if page is None:
                 return
             # as it was sent: with the items carried in, without those carried out
-            items = carry.decode(token)[1] + page.items
+            carried_in = carry.decode(token)[1]
             carried_out = len(carry.decode(next_token)[1])
+            page = _joined(carried_in, page, next_token)
             if carried_out:
-                items = items[:len(items) - carried_out]
-            page = ListedPage(items, next_token, page.total)
+                page = _cut(page, len(page.items) - carried_out, page.next_token)
             if not self._put(Listed(seq, token, page, replay=True)):
                 return
         if not self.list_more:
@@ -140,15 +173,14 @@ class Lister(ListerThread):
                 return
             previous = listed.items
             carried_in = carry.decode(token)[1]  # resuming after a page that carried
-            page = ListedPage(carried_in + listed.items, listed.next_token, listed.total)
+            page = _joined(carried_in, listed, listed.next_token)
             if held is not None and self.key_of is not None:
                 last = held.page
                 at = carry.cut(last.items, page.items[0] if page.items else None, self.key_of)
                 token = carry.encode(last.next_token, last.items[at:])
-                if not self._put(Listed(held.seq, held.token,
-                                        ListedPage(last.items[:at], token, last.total))):
+                if not self._put(Listed(held.seq, held.token, _cut(last, at, token))):
                     return
-                page = ListedPage(last.items[at:] + page.items, page.next_token, page.total)
+                page = _joined(last, page, page.next_token, skip=at)
                 held = None
             if self.key_of is not None and page.next_token is not None:
                 held = Listed(seq, token, page)

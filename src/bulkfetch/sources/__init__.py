@@ -3,7 +3,14 @@ of them."""
 
 from __future__ import annotations
 
-from bulkfetch.config import GetOptions, S3Options, TableOptions
+from bulkfetch.config import (
+    ApiShape,
+    GetOptions,
+    RequestAuth,
+    S3Options,
+    SourceShape,
+    TableOptions,
+)
 from bulkfetch.errors import UsageError
 from bulkfetch.sources.base import ListedPage, ListingError, Source
 from bulkfetch.sources.fileserver import FileServerSource
@@ -34,8 +41,22 @@ def make_source(options: GetOptions, listing: bool = True) -> Source:
         raise UsageError("--endpoint-url, --region, --profile, --no-sign-request, "
                          "--addressing-style, --include, --exclude and --list-concurrency "
                          f"apply to an s3:// source; {options.source!r} is not one")
+    if options.api is not None or options.auth != RequestAuth():
+        from bulkfetch.sources.jsonapi import JsonApiSource  # jmespath only when used
+
+        # (headers with the seed API's shape: the seed shape, read by the JSON source,
+        # which is the one that sends them; the seed fast path stays free of them)
+        return JsonApiSource(options.source, options.shape,
+                             options.api or seed_api_shape(options.shape), options.auth,
+                             options.timeouts, options.limits.max_page_size, options.tls)
     return FileServerSource(options.source, options.shape, options.timeouts,
                             options.limits.max_page_size, options.tls)
+
+
+def seed_api_shape(shape: SourceShape) -> ApiShape:
+    """The seed API's shape (names_key, next_key, marker_param) as the JSON source's."""
+    return ApiShape(items=shape.names_key, next=shape.next_key,
+                    next_param=shape.marker_param)
 
 
 __all__ = ["FileServerSource", "ListedPage", "ListingError", "Source", "TableSource",
