@@ -1,6 +1,6 @@
 """The generic JSON listing source (sources/jsonapi.py) on pages of each preset's shape,
 presets as data (sources/apis.py), the fingerprint, and what the engine does with the
-digests such a listing states (fetcher.unlike_listing, the lister's metadata)."""
+digests such a listing states (stated.unlike_listing, the lister's metadata)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from bulkfetch.api import build_options
 from bulkfetch.config import ApiShape, SourceShape
-from bulkfetch.engine.fetcher import unlike_listing
 from bulkfetch.engine.lister import _cut, _joined
+from bulkfetch.engine.stated import unlike_listing
 from bulkfetch.errors import UsageError
 from bulkfetch.sources import make_source
 from bulkfetch.sources.apis import PRESETS, load_preset, resolve_shape

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from bulkfetch.engine.curl import header_values
-from bulkfetch.engine.fetcher import expected_md5, stated_md5
+from bulkfetch.engine.stated import expected_md5, stated_md5
 
 MD5 = hashlib.md5(b"body").hexdigest()
 OTHER = hashlib.md5(b"other").hexdigest()

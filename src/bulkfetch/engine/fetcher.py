@@ -4,8 +4,6 @@ either stored or failed."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
 import heapq
 import itertools
@@ -29,7 +27,6 @@ from bulkfetch.engine.curl import (
     FatalTransferError,
     error_code,
     header_value,
-    header_values,
     new_handle,
     retry_after_seconds,
     retryable_status,
@@ -46,7 +43,9 @@ from bulkfetch.engine.digests import (
 )
 from bulkfetch.engine.host_windows import HostWindows
 from bulkfetch.engine.hosts import HostGate, count_by_host, host_of
-from bulkfetch.engine.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
+from bulkfetch.engine.redirects import REDIRECT_STATUSES
+from bulkfetch.engine.request_headers import RequestHeaders
+from bulkfetch.engine.stated import SHA256, stated_md5, unlike_listing
 from bulkfetch.models import (
     LATENCY_BUCKETS,
     Failure,
@@ -59,8 +58,6 @@ from bulkfetch.names import check_name
 from bulkfetch.sinks.base import Sink, SinkFailure, Writer
 from bulkfetch.sources.base import Source, data_url_body, unusable_name
 
-_HEX = frozenset("0123456789abcdef")
-_HEX_BYTES = frozenset(b"0123456789abcdef")
 _URL = pycurl.URL
 _HTTPHEADER = pycurl.HTTPHEADER
 _TOTAL_TIME = pycurl.TOTAL_TIME
@@ -96,64 +93,6 @@ class _PageState:
 _Transfer = tuple[_PageState, str, str, int]
 
 
-def unlike_listing(listed: tuple[int, str], body: bytes, digest: str | None) -> str | None:
-    """Why a body that is whole by its own answer (Content-Length, ETag) is not the object
-    the listing stated (`listed`: size, hex MD5, "sha256:<hex>" (a JSON listing that states
-    only that) or ""; `digest`: the body's MD5, None when not verifying): it changed since it
-    was listed. None when it is that object."""
-    size, md5 = listed
-    if size >= 0 and len(body) != size:
-        return f"changed since it was listed: body of {len(body):,} bytes, the listing " \
-            f"gives {size:,}"
-    if md5 and digest is not None and digest != md5:
-        if md5.startswith(_SHA256):
-            import hashlib
-
-            if hashlib.sha256(body).hexdigest() == md5[len(_SHA256):]:
-                return None
-            return "changed since it was listed: its SHA-256 is not the one the listing gives"
-        return "changed since it was listed: its MD5 is not the ETag the listing gives"
-    return None
-
-
-def expected_md5(etag: str | None, content_md5: str | None) -> str | None:
-    """The body's MD5 as the server states it: a strong ETag of 32 hex digits (S3 and the
-    seed API), or Content-MD5 (base64). None when the server states none."""
-    if content_md5:
-        try:
-            return base64.b64decode(content_md5, validate=True).hex()
-        except (binascii.Error, ValueError):
-            return None
-    if etag and not etag.startswith("W/"):
-        tag = etag.strip('"').lower()
-        if len(tag) == 32 and _HEX.issuperset(tag):
-            return tag
-    return None
-
-
-def stated_md5(lines: list[bytes], lowered: bytes | None = None) -> str | None:
-    """expected_md5() of the raw header lines (the last ETag or Content-MD5 wins).
-
-    Every file from a server whose ETag is not an MD5 (nginx's "mtime-size", a multipart S3
-    ETag) comes here, so the usual case, an ETag and no Content-MD5, is read straight from
-    the lowered block: 11,246 against 17,252 instructions through header_values() for
-    nginx's ten header lines (callgrind, marginal per call). A weak tag, W/"...", keeps its
-    "w/" through the strip and so is never taken for 32 digits. `lowered`: the lines
-    joined and lower-cased, when the caller has them."""
-    if lowered is None:
-        lowered = b"".join(lines).lower()
-    if b"\ncontent-md5:" in lowered:
-        return expected_md5(*header_values(lines, b"etag", b"content-md5"))
-    at = lowered.rfind(b"\netag:")
-    if at < 0:
-        return None
-    end = lowered.find(b"\n", at + 6)
-    tag = lowered[at + 6 : end if end >= 0 else None].strip().strip(b'"')
-    if len(tag) == 32 and _HEX_BYTES.issuperset(tag):
-        return tag.decode("ascii")
-    return None
-
-
 HOSTS_EVERY_S = 1.0  # with --metrics: how often a tick counts the transfers by host
 # multi.select() is select(2) over curl_multi_fdset(), which leaves out every socket numbered
 # 1024 or more (FD_SETSIZE). With more handles than this, some transfers' sockets cannot
@@ -164,14 +103,10 @@ SELECT_SEES = 900
 HIGH_FD_WAIT_S = 0.005
 
 
-_SHA256 = "sha256:"  # a listed digest that is a SHA-256, not an MD5 (Page.md5s)
 _MD5_MISMATCH = "MD5 of the body does not match the server's ETag/Content-MD5"
-# A request header with nothing after the colon is not sent (libcurl): the headers of an
-# unconditional request on a handle that may have made a conditional one.
-_UNCONDITIONAL = ["If-None-Match:", "If-Modified-Since:"]
 
 
-class Fetcher:
+class Fetcher(RequestHeaders):
     def __init__(self, options: GetOptions, source: Source, sink: Sink, worker: int = 0,
                  rng: random.Random | None = None) -> None:
         self.options = options
@@ -587,7 +522,7 @@ class Fetcher:
                                    transfer[2])
                         return
                     if listed[1] and digest is not None:
-                        way = BY_DIGEST if listed[1].startswith(_SHA256) else BY_MD5
+                        way = BY_DIGEST if listed[1].startswith(SHA256) else BY_MD5
             if reason is None:
                 state = transfer[0]
                 try:
@@ -622,107 +557,6 @@ class Fetcher:
         self.free.append(handle)
         self._retry_or_fail(transfer, reason, retryable, retry_after)
 
-    def _redirected(self, handle: pycurl.Curl, transfer: _Transfer,
-                    location: str | None) -> None:
-        """A redirect the fetcher follows itself (self.follows): the transfer again, at once,
-        to the Location; at most MAX_HOPS hops, http(s) only."""
-        chunks, lines = self.buffers[handle]
-        chunks.clear()
-        lines.clear()
-        self.free.append(handle)
-        state, name, url, attempt = transfer
-        if self.gate is not None:
-            self.gate.ended(url)
-        hops = self.hops.setdefault(state, {})
-        listed_url, count = hops.get(name, (url, 0))
-        target, why = next_hop(url, location)
-        if target is None or count >= MAX_HOPS:
-            self._fail(state, name, why or f"more than {MAX_HOPS} redirects", attempt, url)
-            return
-        hops[name] = (listed_url, count + 1)
-        self.pending.appendleft((state, name, target, attempt))
-
-    def sign_with(self, sign: Callable[[str], list[str]],
-                  options: Sequence[tuple[int, Any]] = ()) -> None:
-        """From now on every transfer's headers come from `sign(url)` (a Client given its
-        first s3:// URL), and `options` hold for every handle, those made already and those
-        to come."""
-        self.sign = sign
-        if self.request_headers is None:  # (a cache's _page_headers asks self.sign itself)
-            self.request_headers = lambda transfer: sign(transfer[2])
-        self.source_options = [*self.source_options, *options]
-        for handle in self.handles:
-            for option, value in options:
-                handle.setopt(option, value)
-
-    # -- a cache's pages (Page.headers: a Client's cache_dir) -------------------------------
-    def _cache_page(self, state: _PageState, names: Sequence[str],
-                    headers: tuple[str, ...]) -> None:
-        """A cache's page: its items' request headers kept by name. The first such page
-        switches the fetcher to per-transfer headers and to _completed_cached; a run of
-        other pages never pays for either."""
-        if self.on_completed != self._completed_cached:
-            for needed in ("response_headers", "not_modified"):
-                if not callable(getattr(self.sink, needed, None)):
-                    raise TypeError(f"a page with request headers needs a sink with "
-                                    f"{needed}(), not {type(self.sink).__name__}")
-            self.request_headers = self._page_headers
-            self.on_completed = self._completed_cached
-        state.headers = {name: lines.split("\n")
-                         for name, lines in zip(names, headers, strict=True) if lines}
-
-    def _page_headers(self, transfer: _Transfer) -> list[str]:
-        """Every transfer's headers once a cache's page came: the source's (signed, if it
-        signs) and the item's own. Set on every transfer, so no handle keeps another
-        transfer's If-None-Match."""
-        base = self.sign(transfer[2]) if self.sign is not None else self.base_headers
-        extra = transfer[0].headers
-        more = extra.get(transfer[1]) if extra else None
-        # (an empty list would leave the handle's last list in place: pycurl sets none)
-        return base + more if more else base or _UNCONDITIONAL
-
-    def _completed_cached(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
-        """_completed() for a fetcher that has had a cache's page. For such a page's items,
-        a 200's header lines go to the sink (response_headers) before its body is written
-        (it keeps them: Cache-Control, ETag ...), and a 304 to a conditional request is
-        the sink's to answer from what it kept (_not_modified): a 304 has no body, so none
-        of a 200's checks apply to it. Everything else is _completed()'s."""
-        transfer = self.transfer_of[handle]
-        extra = transfer[0].headers
-        if error is None and extra is not None:
-            status = handle.getinfo(pycurl.RESPONSE_CODE)
-            if status == 200:
-                self.sink.response_headers(  # type: ignore[attr-defined]
-                    transfer[1], self.buffers[handle][1])
-            elif status == 304 and transfer[1] in extra and not (
-                    self.spooling and handle in self.spooling):
-                self._not_modified(handle, transfer)
-                return
-        self._completed(handle, error)
-
-    def _not_modified(self, handle: pycurl.Curl, transfer: _Transfer) -> None:
-        """A 304 answered the conditional request `transfer` made: the sink answers the
-        item from what it kept (sink.not_modified); the item counts as stored, with no
-        bytes transferred."""
-        state, name, url, attempt = transfer
-        self.multi.remove_handle(handle)
-        if self.windows is not None:
-            self.gate.done(url)  # type: ignore[union-attr]
-        if self.gate is not None:
-            self.gate.ended(url)  # (no body: the host's body size learns nothing)
-        chunks, lines = self.buffers[handle]
-        try:
-            self.sink.not_modified(name, lines)  # type: ignore[attr-defined]
-        except SinkFailure as exc:
-            self._fail(state, name, str(exc), attempt, url)
-            return
-        finally:
-            chunks.clear()
-            lines.clear()
-            self.free.append(handle)
-        self.not_modified += 1
-        self._stored(state, 0)
-
     def _congested(self, url: str, told_to_wait: bool = False) -> None:
         """The server of `url` wants less: its host's controller, once there is one per
         host (then the others keep theirs), else the worker's."""
@@ -753,8 +587,8 @@ class Fetcher:
             return None
         size, md5 = listed
         if md5 and self.verify:
-            if md5.startswith(_SHA256):
-                return Pinned(size, "sha256", bytes.fromhex(md5[len(_SHA256):]), LISTING)
+            if md5.startswith(SHA256):
+                return Pinned(size, "sha256", bytes.fromhex(md5[len(SHA256):]), LISTING)
             return Pinned(size, "md5", bytes.fromhex(md5), LISTING)
         return Pinned(size, "", b"", LISTING)
 
