@@ -69,7 +69,9 @@ _OPTIONS = [
     click.option("--limit-param", default=None, metavar="NAME",
                  help="offset/page: the query parameter holding --page-size."),
     click.option("--page-size", type=click.IntRange(min=1), default=None,
-                 help="offset/page: items a page holds; a shorter page is the last."),
+                 help="offset/page: items a page holds; a shorter page is the last (page: "
+                      "so is a 404 after the first page, as Django REST framework "
+                      "answers past the end)."),
     click.option("--first-page", type=int, default=None,
                  help="page: the first page's number [default: 1; offset: 0]."),
     click.option("--allow-cross-host-pages", is_flag=True, default=None,

@@ -198,3 +198,20 @@ def test_kill_9_then_rerun_resumes_without_listing_done_pages_again(
 
 def urlquery(path: str) -> str:
     return path.partition("?")[2]
+
+
+def test_page_numbers_end_at_the_404_past_the_last_full_page(tmp_path: Path) -> None:
+    """Django REST framework answers a page past the end with 404 ("Invalid page.") when
+    the count is a multiple of the page size: the listing ends there, every file fetched."""
+    from bulkfetch.testing import ReferenceServer
+
+    with ReferenceServer("--shape", "drf", "--files", "400", "--page-size", "200",
+                         access_log=True) as server:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", f"{server.url}/api/files/",
+             str(tmp_path / "d"), "--api", "drf", "--paginate", "page", "--page-param", "page",
+             "--page-size", "200", "-q"], capture_output=True, text=True, timeout=120)
+        pages = [r.status for r in server.requests() if r.target.startswith("/api/files/")]
+    assert proc.returncode == 0, proc.stderr
+    assert pages == [200, 200, 404]  # two pages, then the one past the end
+    assert len(list((tmp_path / "d").iterdir())) == 400 + 1  # and .bulkfetch

@@ -168,6 +168,12 @@ class JsonApiSource:
                 self.auth.netrc else ""
             raise ListingError(f"{_where(url)}: {status} — {CREDENTIALS_NEEDED}{given}",
                                retryable=False, usage=True)
+        if status == 404 and token is not None and self.api.paginate == "page":
+            # A page number past the last one: Django REST framework answers 404 ("Invalid
+            # page.") when the count is a multiple of the page size, where a shorter page
+            # would have said it was the last. Only after the first page: a first 404 is
+            # a wrong URL.
+            return ListedPage((), None)
         if status != 200:
             retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
             raise ListingError(f"{_where(url)}: HTTP {status}", retryable_status(status),
