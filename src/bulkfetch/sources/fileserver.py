@@ -38,6 +38,23 @@ def _where(url: str) -> str:
     return f"listing {redact(url)}"
 
 
+def json_page(url: str, status: int, headers: list[bytes], body: bytes) -> object:
+    """A list page's answer parsed as JSON; raises ListingError for anything else (a
+    status, retried when the status says so; HTML; malformed JSON, retried)."""
+    if status != 200:
+        retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
+        raise ListingError(f"{_where(url)}: HTTP {status}", retryable_status(status),
+                           retry_after)
+    content_type = (header_value(headers, b"content-type") or "").lower()
+    if "html" in content_type:
+        raise ListingError(f"{_where(url)}: expected JSON but the server sent {content_type}",
+                           retryable=False)
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise ListingError(f"{_where(url)}: malformed JSON ({exc})", retryable=True) from None
+
+
 class FileServerSource:
     def __init__(self, base_url: str, shape: SourceShape, timeouts: Timeouts,
                  max_page_size: int = DEFAULT_MAX_PAGE_SIZE,
@@ -82,19 +99,7 @@ class FileServerSource:
     def list_page(self, token: str | None) -> ListedPage:
         url = self.list_url(token)
         status, headers, body = self._get(url)
-        if status != 200:
-            retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
-            raise ListingError(f"{_where(url)}: HTTP {status}", retryable_status(status),
-                               retry_after)
-        content_type = (header_value(headers, b"content-type") or "").lower()
-        if "html" in content_type:
-            raise ListingError(f"{_where(url)}: expected JSON but the server sent {content_type}",
-                               retryable=False)
-        try:
-            page = json.loads(body)
-        except ValueError as exc:
-            raise ListingError(f"{_where(url)}: malformed JSON ({exc})", retryable=True) from None
-        return self._validate(page, headers, url)
+        return self._validate(json_page(url, status, headers, body), headers, url)
 
     def _validate(self, page: object, headers: list[bytes], url: str) -> ListedPage:
         names_key, next_key = self.shape.names_key, self.shape.next_key

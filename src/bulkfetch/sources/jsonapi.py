@@ -10,7 +10,6 @@ fetcher checks each body against them, as it does S3's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -28,23 +27,17 @@ from bulkfetch.engine.curl import (
     header_value,
     new_handle,
     perform_get,
-    retry_after_seconds,
-    retryable_status,
 )
 from bulkfetch.engine.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
 from bulkfetch.errors import UsageError
 from bulkfetch.names import all_plain, is_plain
 from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
-from bulkfetch.sources.fileserver import redact
+from bulkfetch.sources.fileserver import _where, json_page, redact
 from bulkfetch.sources.headers import HostHeaders
 from bulkfetch.sources.jsonpaths import column, compile_path, hex_digests, size_of
 from bulkfetch.sources.pagination import PageError, Paginator
 
 CREDENTIALS_NEEDED = "the listing needs credentials (see --header/--bearer-env)"
-
-
-def _where(url: str) -> str:
-    return f"listing {redact(url)}"
 
 
 def file_template(template: str, base_url: str) -> tuple[str, str]:
@@ -174,18 +167,7 @@ class JsonApiSource:
             # would have said it was the last. Only after the first page: a first 404 is
             # a wrong URL.
             return ListedPage((), None)
-        if status != 200:
-            retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
-            raise ListingError(f"{_where(url)}: HTTP {status}", retryable_status(status),
-                               retry_after)
-        content_type = (header_value(headers, b"content-type") or "").lower()
-        if "html" in content_type:
-            raise ListingError(f"{_where(url)}: expected JSON but the server sent {content_type}",
-                               retryable=False)
-        try:
-            page = json.loads(body)
-        except ValueError as exc:
-            raise ListingError(f"{_where(url)}: malformed JSON ({exc})", retryable=True) from None
+        page = json_page(url, status, headers, body)
         try:
             return self.parse(page, token, url, headers)
         except (PageError, ValueError) as exc:
