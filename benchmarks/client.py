@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,9 @@ from harness import (
     cached_export,
     fit_open_file_cache,
     log,
+    per_file,
     pinning,
+    report_verified,
     start_nginx,
     start_reference,
 )
@@ -153,16 +154,14 @@ def s3_rows(place, args, me) -> None:  # type: ignore[no-untyped-def]
             env=s3_env(), timeout=3600)
     finally:
         server.stop()
-    rate = {label: args.s3_files / statistics.median(s for s, _ in runs)
-            for label, runs in measured.items()}
+    medians = per_file(measured, args.s3_files)
     print(f"\n{args.s3_files:,} objects of 100 bytes from bulkfetch serve --s3 (every SigV4 "
           f"signature checked), {place.note}; median of {args.rounds} rounds\n")
     print("| row | files/s | CPU µs/file | verified |\n|---|---:|---:|---|")
-    for label, runs in measured.items():
-        cpu = statistics.median(c for _, c in runs) / args.s3_files * 1e6
-        print(f"| {label} | {rate[label]:,.0f} | {cpu:.1f} | {verified[label]} |")
+    for label, (rate, cpu) in medians.items():
+        print(f"| {label} | {rate:,.0f} | {cpu:.1f} | {verified[label]} |")
     client, pool = list(rows)
-    speed = rate[client] / rate[pool]
+    speed = medians[client][0] / medians[pool][0]
     print(f"\n- [{'x' if speed >= SPEED_BAR else ' '}] get_many files/s × the boto3 pool's: "
           f"{speed:.1f} (>= {SPEED_BAR:g})")
 
@@ -206,10 +205,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def verify(label: str, run: Measured) -> str:
         if label.startswith("bulkfetch get"):
-            report = json.loads((work / "null.json").read_text())
-            ok = report["files_ok"] == args.files and run.returncode == 0
-            subprocess.run(["rm", "-rf", str(work / "null")], check=False)
-            return f"{'yes' if ok else 'NO'}: report says {report['files_ok']:,} ok"
+            return report_verified(work / "null.json", args.files, run, work / "null")
         return bodies_verified(run, {"files": args.files, "bytes": expected_bytes})
 
     try:
@@ -219,11 +215,13 @@ def main(argv: list[str] | None = None) -> int:
         nginx.stop()
         subprocess.run(["rm", "-rf", str(work)], check=False)
 
+    medians = per_file(measured, args.files)
+
     def rate(label: str) -> float:
-        return args.files / statistics.median(s for s, _ in measured[label])
+        return medians[label][0]
 
     def cpu_us(label: str) -> float:
-        return statistics.median(c for _, c in measured[label]) / args.files * 1e6
+        return medians[label][1]
 
     print(f"{args.files:,} files of 100 bytes from nginx (static export); {place.note}; "
           f"every body read into memory; median of {args.rounds} rounds, every other one "

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,9 @@ from harness import (
     cached_export,
     fit_open_file_cache,
     log,
+    per_file,
     pinning,
+    report_verified,
     run_measured,
     start_nginx,
     start_reference,
@@ -103,10 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def verify(label: str, run: Measured) -> str:
         if label.startswith("bulkfetch get"):
-            report = json.loads((work / "null.json").read_text())
-            ok = report["files_ok"] == args.files and run.returncode == 0
-            subprocess.run(["rm", "-rf", str(work / "null")], check=False)
-            return f"{'yes' if ok else 'NO'}: report says {report['files_ok']:,} ok"
+            return report_verified(work / "null.json", args.files, run, work / "null")
         found = json.loads(run.stdout.strip().splitlines()[-1]) \
             if run.returncode == 0 else {"files": 0, "bytes": 0, "crc": 0}
         if found != expected:
@@ -137,11 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         subprocess.run(["rm", "-rf", str(work)], check=False)
 
+    medians = per_file(measured, args.files)
+
     def rate(label: str) -> float:
-        return args.files / statistics.median(s for s, _ in measured[label])
+        return medians[label][0]
 
     def cpu_us(label: str) -> float:
-        return statistics.median(c for _, c in measured[label]) / args.files * 1e6
+        return medians[label][1]
 
     print(f"{args.files:,} files of 100 bytes from nginx (static export); {place.note}; "
           f"median of {args.rounds} rounds, every other one in reverse order\n")

@@ -16,6 +16,7 @@ from typing import Any
 import pycurl
 
 from bulkfetch.config import S3Options
+from bulkfetch.errors import UsageError
 from bulkfetch.s3.profiles import resolve_settings
 from bulkfetch.s3.settings import parse_s3_url
 from bulkfetch.s3.signer import ObjectSigner
@@ -34,6 +35,7 @@ class S3Urls:
         # object URL prefix of each bucket seen -> its signer (virtual-hosted buckets each
         # have their own host). Written and read on the Client's loop thread only.
         self.signers: dict[str, ObjectSigner] = {}
+        self.buckets: set[str] = set()  # the buckets whose signer is made
 
     @property
     def signs(self) -> bool:
@@ -43,17 +45,16 @@ class S3Urls:
         """The URL to GET for s3://BUCKET/KEY; raises ValueError naming what is wrong."""
         try:
             bucket, key = parse_s3_url(url)
-        except Exception as exc:  # UsageError: for one URL of many, that URL's failure
+        except UsageError as exc:  # for one URL of many: that URL's failure
             raise ValueError(str(exc)) from None
         if not key or key.endswith("/"):
             raise ValueError(f"{url!r} names no object (s3://BUCKET/KEY)")
-        found = self.settings.object_url(bucket, key)
-        if self.signs:
+        if self.signs and bucket not in self.buckets:  # once a bucket, not once a URL
             base = self.settings.object_url(bucket, "x")[:-1]
-            if base not in self.signers:
-                self.signers[base] = ObjectSigner(
-                    self.settings.credentials, self.settings.region, base)  # type: ignore[arg-type]
-        return found
+            self.signers[base] = ObjectSigner(
+                self.settings.credentials, self.settings.region, base)  # type: ignore[arg-type]
+            self.buckets.add(bucket)
+        return self.settings.object_url(bucket, key)
 
     def sign(self, url: str) -> list[str]:
         """The headers of a request for `url`: signed for an object of a bucket seen, else

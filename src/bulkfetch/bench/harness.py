@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import resource
@@ -390,3 +391,21 @@ def alternating_rounds(rows: dict[str, list[str]], rounds: int, files: int,
             measured[label].append((run.seconds, run.cpu_seconds))
             log(f"  round {number + 1}: {label}: {files / run.seconds:,.0f} files/s")
     return measured, verified
+
+
+def report_verified(report: Path, files: int, run: Measured, dest: Path) -> str:
+    """A `bulkfetch get --report` row's check: every file ok by its report; its DEST goes."""
+    found = json.loads(report.read_text())
+    shutil.rmtree(dest, ignore_errors=True)
+    ok = found["files_ok"] == files and run.returncode == 0
+    return f"{'yes' if ok else 'NO'}: report says {found['files_ok']:,} ok"
+
+
+def per_file(measured: dict[str, list[tuple[float, float]]], files: int,
+             ) -> dict[str, tuple[float, float]]:
+    """label -> (files/s, CPU µs a file), each the median over its rounds."""
+    import statistics
+
+    return {label: (files / statistics.median(s for s, _ in runs),
+                    statistics.median(c for _, c in runs) / files * 1e6)
+            for label, runs in measured.items()}

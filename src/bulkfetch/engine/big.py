@@ -28,7 +28,7 @@ from bulkfetch.engine.curl import (
 )
 from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
-from bulkfetch.engine.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
+from bulkfetch.engine.redirects import REDIRECT_STATUSES
 from bulkfetch.models import InFlight
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
 from bulkfetch.sinks.spool import FileSpool
@@ -294,15 +294,12 @@ class BigFiles:
         if ranged is None:
             body.spool.discard()  # type: ignore[union-attr]
         state, name, url, attempt = transfer[:4]
-        hops = fetcher.hops.setdefault(state, {})
-        listed_url, count = hops.get(name, (url, 0))
-        target, why = next_hop(url, location)
-        if target is None or count >= MAX_HOPS:
+        target, why = fetcher._hop(state, name, url, location)
+        if target is None:
             if ranged is not None:
                 self._drop(ranged)
-            fetcher._fail(state, name, why or f"more than {MAX_HOPS} redirects", attempt, url)
+            fetcher._fail(state, name, why, attempt, url)
             return
-        hops[name] = (listed_url, count + 1)
         if ranged is None:
             self.pending.appendleft((state, name, target, attempt))
             return

@@ -33,14 +33,24 @@ class RequestHeaders:
         state, name, url, attempt = transfer
         if self.gate is not None:
             self.gate.ended(url)
+        target, why = self._hop(state, name, url, location)
+        if target is None:
+            self._fail(state, name, why, attempt, url)
+            return
+        self.pending.appendleft((state, name, target, attempt))
+
+    def _hop(self, state: Any, name: str, url: str,
+             location: str | None) -> tuple[str | None, str]:
+        """(where the redirect from `url` to `location` leads, ""), counted against the
+        item's hops (a retry starts again from its listed URL: _retry_or_fail), or (None,
+        why it is not followed): not http(s), or more than MAX_HOPS."""
         hops = self.hops.setdefault(state, {})
         listed_url, count = hops.get(name, (url, 0))
         target, why = next_hop(url, location)
         if target is None or count >= MAX_HOPS:
-            self._fail(state, name, why or f"more than {MAX_HOPS} redirects", attempt, url)
-            return
+            return None, why or f"more than {MAX_HOPS} redirects"
         hops[name] = (listed_url, count + 1)
-        self.pending.appendleft((state, name, target, attempt))
+        return target, ""
 
     def sign_with(self, sign: Callable[[str], list[str]],
                   options: Sequence[tuple[int, Any]] = ()) -> None:
