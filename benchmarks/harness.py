@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 try:
     import bulkfetch.bench.harness  # noqa: F401
@@ -52,6 +55,54 @@ def pages_done(dest: str | os.PathLike[str]) -> int:
         return 0
 
 
+HERE = Path(__file__).resolve().parent
+INSTALL_HEADERS = ("libcurl's headers are missing: install them (Debian/Ubuntu: apt-get install "
+                   "-y --no-install-recommends libcurl4-openssl-dev; Fedora: dnf install "
+                   "libcurl-devel)")
+
+
+def pycurl_libcurl() -> Path | None:
+    """The libcurl shared library pycurl's extension module loads (a wheel bundles its own)."""
+    import pycurl
+
+    module = next(Path(pycurl.__file__).parent.glob("_pycurl*.so"), None)
+    if module is None:  # an older layout: pycurl.cpython-*.so beside the package
+        import importlib.util
+
+        spec = importlib.util.find_spec("pycurl")
+        origin = spec.origin if spec else None
+        module = Path(origin) if origin and origin.endswith(".so") else None
+    if module is None or shutil.which("ldd") is None:
+        return None
+    found = subprocess.run(["ldd", str(module)], capture_output=True, text=True).stdout
+    for line in found.splitlines():
+        name, _, rest = line.strip().partition(" => ")
+        if name.startswith("libcurl") and rest.startswith("/"):
+            return Path(rest.split(" (")[0])
+    return None
+
+
+def build_curl_loop(work: Path, libcurl: str) -> tuple[Path, str]:
+    """curl_loop compiled into `work`; (binary, how it was linked)."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise SystemExit("no C compiler: install gcc (apt-get install -y gcc)")
+    binary = work / "curl_loop"
+    link, how = ["-lcurl"], "libcurl -lcurl"
+    if libcurl == "pycurl":
+        library = pycurl_libcurl()
+        if library is None:
+            raise SystemExit("cannot find the libcurl pycurl loads; run with --libcurl system")
+        link, how = [str(library), f"-Wl,-rpath,{library.parent}"], f"pycurl's {library.name}"
+    done = subprocess.run([gcc, "-O2", str(HERE / "curl_loop.c"), *link, "-o", str(binary)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        if "curl/curl.h" in done.stderr:
+            raise SystemExit(INSTALL_HEADERS)
+        raise SystemExit(f"compiling curl_loop.c failed:\n{done.stderr.strip()}")
+    return binary, how
+
+
 __all__ = [
     "CLOCK_TICKS",
     "FreshFilesystems",
@@ -60,6 +111,7 @@ __all__ = [
     "Server",
     "TreeMemory",
     "alternating_rounds",
+    "build_curl_loop",
     "bulkfetch_command",
     "cached_export",
     "export_for_nginx",

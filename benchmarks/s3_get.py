@@ -18,6 +18,13 @@ Rows, each writing every object to DEST/KEY on a new ext4 (when root can make on
 - null, null-unsigned (only when asked): bulkfetch with --sink null, signed and with
   --no-sign-request: what signing costs a request; with --baseline CHECKOUT also
   bulkfetch@base and null@base, the same commands from an older tree
+- curl_loop and renamed, the floor: benchmarks/curl_loop.c (compiled against pycurl's
+  libcurl) GETting every object unsigned at concurrency 64 and throwing the bodies away,
+  and benchmarks/baselines.py create-renamed writing as many 100-byte files, each under a
+  temporary name renamed into place. Their CPU per file added is the least any client
+  spends to store each object under its name only when whole, with no signature, no check,
+  no record: rclone's CPU per file over it is the most times faster than rclone any such
+  client can be on one core here, which the table prints beside the 5x bar.
 
 Every round runs each row once, every other round in reverse order. Printed: each row's
 median files/s and CPU per file (user + sys of its process tree), peak RSS, whether DEST
@@ -47,6 +54,7 @@ from bulkfetch.bench.verify import Check, verify_dir
 from harness import (
     FreshFilesystems,
     Measured,
+    build_curl_loop,
     bulkfetch_command,
     fit_open_file_cache,
     free_port,
@@ -62,7 +70,8 @@ BUCKET = "bulkfetch"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret",
                "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
                "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
-DEFAULT_ROWS = ("bulkfetch", "s5cmd", "rclone", "boto3")
+DEFAULT_ROWS = ("bulkfetch", "s5cmd", "rclone", "boto3", "curl_loop", "renamed")
+FLOOR = ("curl_loop", "renamed")
 BARS = {"s5cmd": 2.0, "rclone": 5.0, "boto3": 10.0}  # bulkfetch's files/s at least this x
 TLS_BARS = {"s5cmd": 2.0}
 
@@ -76,6 +85,7 @@ class Row:
     checks: list[str] = field(default_factory=list)
     ok: bool = True
     report: Path | None = None  # a --sink null row writes no file: its report is checked
+    counts: bool = False  # a floor row: its JSON line counts what it did
 
     def files_per_s(self, files: int) -> float:
         return statistics.median(files / run.seconds for run in self.runs)
@@ -123,7 +133,8 @@ def with_tls(config: str, work: Path) -> tuple[str, Path]:
 
 
 def rows_for(url: str, work: Path, client: list[str], cert: Path | None,
-             only: set[str] | None, baseline: Path | None = None) -> list[Row]:
+             only: set[str] | None, export_dir: Path, files: int,
+             baseline: Path | None = None) -> list[Row]:
     dest = str(work / "fs" / "dest")
     rclone = shutil.which("rclone") or "rclone"
     rclone_env = {"RCLONE_CONFIG_S3_TYPE": "s3", "RCLONE_CONFIG_S3_PROVIDER": "Other",
@@ -151,6 +162,15 @@ def rows_for(url: str, work: Path, client: list[str], cert: Path | None,
             url, "--workers", "1", "-q", "--sink", "null", "--report", str(report), *trust]
     rows += [Row("null", null, CREDENTIALS, report=report),
              Row("null-unsigned", [*null, "--no-sign-request"], CREDENTIALS, report=report)]
+    if FLOOR[0] in (only or DEFAULT_ROWS):
+        curl_loop, _ = build_curl_loop(work, "pycurl")
+        urls = work / "urls.txt"
+        names = sorted(os.listdir(export_dir / "files"))
+        urls.write_text("".join(f"{url}/{BUCKET}/{name}\n" for name in names))
+        rows.append(Row("curl_loop", [*client, str(curl_loop), "64", str(urls)], {},
+                        counts=True))
+    rows.append(Row("renamed", [*client, sys.executable, str(HERE / "baselines.py"),
+                                "create-renamed", dest, str(files)], {}, counts=True))
     if baseline is not None:  # the same rows from another checkout's src/, side by side
         older = CREDENTIALS | {"PYTHONPATH": str(baseline / "src")}
         rows += [Row("bulkfetch@base", rows[0].command, older),
@@ -199,12 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     nginx = start_nginx(place.server, config)
     url = nginx.url.replace("http://", "https://") if args.tls else nginx.url
     only = None if args.only is None else {name.strip() for name in args.only.split(",")}
-    rows = rows_for(url, work, place.client, cert, only, args.baseline)
+    if args.tls and only is None:
+        only = set(DEFAULT_ROWS) - set(FLOOR)  # the floor is measured over plain HTTP
+    rows = rows_for(url, work, place.client, cert, only, directory, args.files, args.baseline)
     filesystems = FreshFilesystems(work)
     log(filesystems.note)
     try:
         log("warm-up: one unmeasured s5cmd run (nginx's caches, the lister's pages)")
-        warm = rows_for(url, work, place.client, cert, {"s5cmd"})[0]
+        warm = rows_for(url, work, place.client, cert, {"s5cmd"}, directory, args.files)[0]
         with filesystems.row(work / "fs", args.files):
             run_measured(warm.command, env=warm.env)
         for round_number in range(args.rounds):
@@ -214,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
                 with filesystems.row(work / "fs", args.files):
                     started = time.monotonic()
                     measured = run_measured(row.command, env=row.env)
-                    check = (verify_dir(work / "fs" / "dest", directory, args.files)
-                             if row.report is None else reported(row.report, args.files))
+                    check = (counted(measured.stdout, args.files) if row.counts
+                             else reported(row.report, args.files) if row.report is not None
+                             else verify_dir(work / "fs" / "dest", directory, args.files))
                 log(f"  {row.label}: {args.files / measured.seconds:,.0f} files/s "
                     f"({time.monotonic() - started:.1f} s with the check), "
                     f"exit {measured.returncode}, {check.detail}")
@@ -246,6 +269,16 @@ def reported(report: Path, files: int) -> Check:
                      f"{found.get('files_failed') or 0} failed")
 
 
+def counted(stdout: str, files: int) -> Check:
+    """A floor row's check: its JSON line counts every object (or file) done, none failed."""
+    try:
+        found = json.loads(stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return Check(False, f"no JSON line in {stdout[-200:]!r}")
+    done, failed = found.get("ok", found.get("files")), found.get("failed", found.get("bad"))
+    return Check(done == files and not failed, f"{done:,} done, {failed} failed")
+
+
 def table(rows: list[Row], args: argparse.Namespace, placement: str) -> str:
     n = args.files
     lines = [f"{n:,} objects of 100 bytes, S3 GET from nginx{' over TLS' if args.tls else ''} "
@@ -272,6 +305,12 @@ def table(rows: list[Row], args: argparse.Namespace, placement: str) -> str:
             verdict = "met" if speed >= bar else "NOT met"
             lines.append(f"bulkfetch / {peer}: {speed:.1f}x files/s (bar {bar:g}x: {verdict}), "
                          f"{cpu:.2f}x CPU per file")
+        if all(label in found for label in FLOOR) and "rclone" in found:
+            floor = sum(found[label].cpu_us(n) for label in FLOOR)
+            lines.append(f"floor (curl_loop + renamed): {floor:.1f} us/file; rclone's CPU "
+                         f"per file over it: {found['rclone'].cpu_us(n) / floor:.2f}x, the "
+                         "most any client storing each object whole can beat rclone by "
+                         f"here; bulkfetch at {ours.cpu_us(n) / floor:.2f}x the floor")
         if "s5cmd" in found and not args.tls:
             cpu = ours.cpu_us(n) / found["s5cmd"].cpu_us(n)
             lines.append(f"CPU per file at most half of s5cmd's: "
