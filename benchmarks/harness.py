@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 try:
@@ -103,6 +104,25 @@ def build_curl_loop(work: Path, libcurl: str) -> tuple[Path, str]:
     return binary, how
 
 
+def warm_memory(nbytes: int) -> None:
+    """Touch `nbytes` of free memory and free it again, just before a row that writes about
+    that much. Why: on a VM whose balloon driver reports free pages to the host (virtio
+    free page reporting, as here), memory freed a while ago is handed back, and the next
+    process to touch it pays the host's fault on every page. Writing 4 GiB into tmpfs here
+    cost 0.39 s of CPU per GiB for the first 3 GiB and 2.2-2.9 s for the 4th; right after
+    6 GiB were written and deleted, 0.39 and 0.80 (2026-11-27, session 23). Without this,
+    whichever row of a benchmark runs first on cold memory pays for it."""
+    where = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    fd, path = tempfile.mkstemp(dir=where, prefix="bulkfetch-warm-")
+    block = bytes(8 << 20)  # zeros still take a page each in tmpfs
+    try:
+        for _ in range(-(-nbytes // len(block))):
+            os.write(fd, block)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
 __all__ = [
     "CLOCK_TICKS",
     "FreshFilesystems",
@@ -130,4 +150,5 @@ __all__ = [
     "tree_cpu_seconds",
     "tree_pids",
     "verdict",
+    "warm_memory",
 ]

@@ -16,7 +16,9 @@ Issue 18's bars: bulkfetch --parts N at least 6x its one-connection rate; at lea
 MB/s; CPU per byte at most aria2c's. bulkfetch hashes every byte it stores (MD5 against the
 ETag), so its CPU is also compared with aria2c + md5sum. The server hashes the whole body
 once before its first answer: an unmeasured HEAD warms it. Where the ceiling is below 6x
-one connection, the 6x bar measures the server's core, not the client.
+one connection, the 6x bar measures the server's core, not the client. Before each row
+that writes the file, harness.warm_memory() touches its size plus 2 GiB of free memory, so
+that no row pays alone for memory the VM's host took back.
 """
 
 from __future__ import annotations
@@ -24,16 +26,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
+import statistics
 import tempfile
 import urllib.request
 from pathlib import Path
 
 from bigfiles import MIB, Row, md5_of
 from bulkfetch.server.sizes import parse_bytes
-from harness import bulkfetch_command, log, pinning, run_measured, settle, start_reference
+from harness import (
+    bulkfetch_command,
+    log,
+    pinning,
+    run_measured,
+    settle,
+    start_reference,
+    warm_memory,
+)
 
 SPLIT_BAR = 6.0  # --parts N over one connection
 NAME = "f0000000000"
+WARM_SPARE = 2 << 30  # memory touched before a row beyond the file's size (harness.warm_memory)
 
 
 def main() -> None:
@@ -41,6 +53,9 @@ def main() -> None:
     parser.add_argument("--size", default="4g", help="bytes of the file (k/m/g)")
     parser.add_argument("--rate", default="40m", help="the server's bytes/s per connection")
     parser.add_argument("--parts", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of bulkfetch --parts N and aria2c, every other one in "
+                             "reverse order (one connection and the ceiling run once)")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
     size = parse_bytes(args.size)
@@ -53,7 +68,7 @@ def main() -> None:
         "--file-size", args.size, "--bandwidth-per-connection", args.rate])
     url = f"{server.url}/get/{NAME}"
     (work / "one.txt").write_text(url + "\n")
-    rows: list[Row] = []
+    rows: dict[str, list[Row]] = {"split": [], "single": [], "aria": [], "md5": [], "ceiling": []}
     checks: list[str] = []
     try:
         log(f"warming the server (it hashes the {args.size} body once) ...")
@@ -62,31 +77,45 @@ def main() -> None:
             etag = answer.headers["ETag"].strip('"')
         bulkfetch = [*pin.client, *bulkfetch_command(), "get", "--from-file",
                      str(work / "one.txt"), "-w", "1", "--quiet", "--split-above", "1m"]
-        for parts in (args.parts, 1):
+
+        def fetch(parts: int) -> None:
             dest = work / f"bulkfetch-{parts}"
             settle(dest, pause=1.0)
             log(f"bulkfetch --parts {parts} ...")
+            warm_memory(size + WARM_SPARE)
             run = run_measured([*bulkfetch, str(dest), "--parts", str(parts)])
             right = run.returncode == 0 and md5_of(dest / "get" / NAME) == etag
-            rows.append(Row(f"bulkfetch --parts {parts}", size, run))
-            checks.append(f"{rows[-1].label}: {'right' if right else 'WRONG'}")
+            rows["split" if parts > 1 else "single"].append(
+                Row(f"bulkfetch --parts {parts}", size, run))
+            checks.append(f"bulkfetch --parts {parts}: {'right' if right else 'WRONG'}")
             settle(dest, pause=1.0)
-        dest = work / "aria2c"
-        settle(dest, pause=1.0)
-        log(f"aria2c -x {args.parts} -s {args.parts} ...")
-        aria = run_measured([*pin.client, "aria2c", "-q", f"-x{args.parts}", f"-s{args.parts}",
-                             "--file-allocation=none", "--allow-overwrite=true",
-                             "--auto-file-renaming=false", "-d", str(dest), "-o", NAME, url])
-        rows.append(Row(f"aria2c -x{args.parts} -s{args.parts}", size, aria))
-        summed = run_measured([*pin.client, "md5sum", str(dest / NAME)])
-        right = aria.returncode == 0 and summed.stdout.split()[0] == etag
-        checks.append(f"aria2c: {'right' if right else 'WRONG'}")
-        rows.append(Row("md5sum FILE (after aria2c)", size, summed))
-        settle(dest, pause=0.5)
+
+        def aria2c() -> None:
+            dest = work / "aria2c"
+            settle(dest, pause=1.0)
+            log(f"aria2c -x {args.parts} -s {args.parts} ...")
+            warm_memory(size + WARM_SPARE)
+            aria = run_measured([*pin.client, "aria2c", "-q", f"-x{args.parts}",
+                                 f"-s{args.parts}", "--file-allocation=none",
+                                 "--allow-overwrite=true", "--auto-file-renaming=false",
+                                 "-d", str(dest), "-o", NAME, url])
+            rows["aria"].append(Row(f"aria2c -x{args.parts} -s{args.parts}", size, aria))
+            summed = run_measured([*pin.client, "md5sum", str(dest / NAME)])
+            right = aria.returncode == 0 and summed.stdout.split()[:1] == [etag]
+            checks.append(f"aria2c: {'right' if right else 'WRONG'}")
+            rows["md5"].append(Row("md5sum FILE (after aria2c)", size, summed))
+            settle(dest, pause=0.5)
+
+        for number in range(args.rounds):
+            log(f"round {number + 1} of {args.rounds}")
+            steps = [lambda: fetch(args.parts), aria2c]
+            for step in steps if number % 2 == 0 else steps[::-1]:
+                step()
+        fetch(1)
         log(f"{args.parts} x curl -r into /dev/null ...")
         ceiling = run_measured([*pin.client, "sh", "-c", curl_ranges(url, size, args.parts)])
         got = sum(int(n) for n in ceiling.stdout.split())
-        rows.append(Row(f"{args.parts} x curl -r, into /dev/null", size, ceiling))
+        rows["ceiling"].append(Row(f"{args.parts} x curl -r, into /dev/null", size, ceiling))
         checks.append(f"curl ranges: {'all bytes' if got == size else f'{got:,} bytes'}")
     finally:
         server.stop()
@@ -105,33 +134,59 @@ def curl_ranges(url: str, size: int, parts: int) -> str:
     return " ".join(fetches) + " wait"
 
 
-def report(args: argparse.Namespace, size: int, placement: str, rows: list[Row],
+def report(args: argparse.Namespace, size: int, placement: str, rows: dict[str, list[Row]],
            checks: list[str]) -> None:
+    def mb(key: str) -> float:
+        return statistics.median(row.mb_per_s for row in rows[key])
+
+    def cpu(key: str) -> float:
+        return statistics.median(row.cpu_s_per_gib for row in rows[key])
+
     print(f"\n## One file of {size / MIB:,.0f} MiB, server paced to {args.rate}/s per "
-          f"connection ({placement})\n")
-    print("| row | seconds | MB/s | CPU s per GiB | peak RSS MB |")
-    print("|---|---:|---:|---:|---:|")
-    for row in rows:
-        print(f"| {row.label} | {row.run.seconds:.1f} | {row.mb_per_s:,.0f} | "
-              f"{row.cpu_s_per_gib:.2f} | {row.run.peak_rss / MIB:.0f} |")
-    split, single, aria, md5, ceiling = rows
+          f"connection ({placement}); median of {args.rounds} rounds of the first rows\n")
+    print("| row | MB/s | CPU s per GiB | peak RSS MB | MB/s by round |")
+    print("|---|---:|---:|---:|---|")
+    for key in ("split", "aria", "md5", "single", "ceiling"):
+        found = rows[key]
+        print(f"| {found[0].label} | {mb(key):,.0f} | {cpu(key):.2f} | "
+              f"{max(row.run.peak_rss for row in found) / MIB:.0f} | "
+              f"{', '.join(f'{row.mb_per_s:,.0f}' for row in found)} |")
+    wrong = [check for check in checks if "WRONG" in check
+             or ("bytes" in check and "all bytes" not in check)]
     print()
-    print("- checked against the ETag: " + "; ".join(checks))
-    ratio = split.mb_per_s / single.mb_per_s
+    print(f"- checked against the ETag: {len(checks) - len(wrong)} of {len(checks)} runs right"
+          + (f"; {'; '.join(wrong)}" if wrong else ""))
+    ratio = mb("split") / mb("single")
     print(f"- [{'x' if ratio >= SPLIT_BAR else ' '}] --parts {args.parts} × one connection "
           f"{ratio:.2f} (>= {SPLIT_BAR})")
     print(f"- the server's ceiling: {args.parts} x curl -r × bulkfetch's one connection "
-          f"{ceiling.mb_per_s / single.mb_per_s:.2f}; bulkfetch --parts {args.parts} × that "
-          f"ceiling {split.mb_per_s / ceiling.mb_per_s:.3f}, aria2c × it "
-          f"{aria.mb_per_s / ceiling.mb_per_s:.3f}")
-    ratio = split.mb_per_s / aria.mb_per_s
-    print(f"- [{'x' if ratio >= 1 else ' '}] bulkfetch MB/s × aria2c {ratio:.3f} (>= 1)")
-    ratio = split.cpu_s_per_gib / aria.cpu_s_per_gib
+          f"{mb('ceiling') / mb('single'):.2f}; bulkfetch --parts {args.parts} × that "
+          f"ceiling {mb('split') / mb('ceiling'):.3f}, aria2c × it "
+          f"{mb('aria') / mb('ceiling'):.3f}")
+    # Bars between bulkfetch and aria2c: the median of each round's ratio (the two ran
+    # next to each other)
+    speed = [a.mb_per_s / b.mb_per_s for a, b in zip(rows["split"], rows["aria"], strict=True)]
+    ratio = statistics.median(speed)
+    print(f"- [{'x' if ratio >= 1 else ' '}] bulkfetch MB/s × aria2c {ratio:.3f} (>= 1; by "
+          f"round {', '.join(f'{r:.3f}' for r in speed)})")
+    # (aria2c's seconds + md5sum's) / bulkfetch's: MB/s to a file known to be right
+    verified = [(b.run.seconds + m.run.seconds) / a.run.seconds
+                for a, b, m in zip(rows["split"], rows["aria"], rows["md5"], strict=True)]
+    ratio = statistics.median(verified)
+    print(f"- [{'x' if ratio >= 1 else ' '}] bulkfetch MB/s × (aria2c, then md5sum) "
+          f"{ratio:.3f} (>= 1, the bar proposed: the same verified file; by round "
+          f"{', '.join(f'{r:.3f}' for r in verified)})")
+    per_byte = [a.cpu_s_per_gib / b.cpu_s_per_gib
+                for a, b in zip(rows["split"], rows["aria"], strict=True)]
+    ratio = statistics.median(per_byte)
     print(f"- [{'x' if ratio <= 1 else ' '}] bulkfetch CPU per byte × aria2c {ratio:.3f} "
           f"(<= 1; aria2c checks no digest)")
-    ratio = split.cpu_s_per_gib / (aria.cpu_s_per_gib + md5.cpu_s_per_gib)
+    with_md5 = [a.cpu_s_per_gib / (b.cpu_s_per_gib + m.cpu_s_per_gib)
+                for a, b, m in zip(rows["split"], rows["aria"], rows["md5"], strict=True)]
+    ratio = statistics.median(with_md5)
     print(f"- [{'x' if ratio <= 1 else ' '}] bulkfetch CPU per byte × (aria2c + md5sum) "
-          f"{ratio:.3f} (<= 1, the bar proposed for a download that is verified)")
+          f"{ratio:.3f} (<= 1, the bar proposed for a download that is verified; by round "
+          f"{', '.join(f'{r:.3f}' for r in with_md5)})")
 
 
 if __name__ == "__main__":

@@ -110,6 +110,7 @@ class RangedFile:
     durable: Any = None  # the layout (resume.Layout) the last fsync made durable, when any
     durable_at: float = 0.0  # when that fsync was asked for (time.monotonic())
     hashing: Any = None  # the Future of the last job on the hashing thread (hash or record)
+    recording: Any = None  # the Future of its last fsync and durable record (BigFiles.recorder)
     hash_job: Any = None  # the Future of the last hash job
     md5: Any = field(default_factory=hashlib.md5)
     other: Any = None  # the strongest non-MD5 digest stated, when there is one
@@ -204,6 +205,11 @@ class RangedFile:
         if self.other is not None:
             self.other.update(data)
         self.hash_submitted = at + len(data)
+
+    def idle(self) -> bool:
+        """No job of the hashing or the recording thread is left for this file."""
+        return (self.hashing is None or self.hashing.done()) and (
+            self.recording is None or self.recording.done())
 
     def mismatch(self) -> str | None:
         """Why the complete file is not the one the server meant, or None."""

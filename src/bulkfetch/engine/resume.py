@@ -123,7 +123,8 @@ def _covers(layout: Layout, total: int) -> bool:
 
 def save(dir_fd: int, key: str, record: PartialRecord, durable: bool) -> None:
     """Write `record` for partial file `key`; `durable`: fsynced (its data must be already)."""
-    temporary = key + RECORD + ".tmp"
+    # (a durable record is written on a thread of its own: a name of its own)
+    temporary = key + RECORD + (".durable.tmp" if durable else ".tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
                  | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     try:

@@ -1,0 +1,89 @@
+"""BigFiles' records of a ranged file: a durable one (an fsync of the data, then the record)
+runs on a thread of its own, so that the hashing never waits behind an fsync."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bulkfetch.engine import big as big_module
+from bulkfetch.engine import resume
+from bulkfetch.engine.big import BigFiles
+from bulkfetch.engine.parts import RangedFile, SplitPlan
+from bulkfetch.sinks.spool import FileSpool
+
+TOTAL = 3 << 20
+BODY = os.urandom(TOTAL)
+
+
+def big_files(dest: Path) -> BigFiles:
+    limits = SimpleNamespace(spool_above=1 << 20, split_above=1 << 20, parts=2,
+                             concurrency=4, workers=1)
+    fetcher = SimpleNamespace(options=SimpleNamespace(limits=limits, dest=str(dest)))
+    return BigFiles(fetcher)  # type: ignore[arg-type]
+
+
+def written_file(tmp_path: Path) -> RangedFile:
+    """A file of two pieces, every byte written, none hashed yet."""
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    spool = FileSpool(dir_fd, "spool", str(tmp_path))
+    file = RangedFile((None, "big.bin", "http://x/big.bin", 1), spool,
+                      SplitPlan(TOTAL, '"v1"', {"md5": hashlib.md5(BODY).digest()}), 2)
+    file.in_line = False
+    os.pwrite(spool.fd, BODY, 0)
+    for part in file.parts:
+        part.written, part.complete = part.end - part.start, True
+    file.done = len(file.parts)
+    return file
+
+
+def test_the_hashing_goes_on_while_a_durable_record_waits_for_its_fsync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = big_files(tmp_path)
+    file = written_file(tmp_path)
+    release, entered = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if fd == file.spool.fd:  # gigabytes of dirty pages: seconds
+            entered.set()
+            assert release.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(big_module.os, "fsync", slow_fsync)
+    try:
+        big._checkpoint(file, durable=True)
+        assert entered.wait(5)
+        big._hash_more(file, 0)
+        # behind the fsync on one thread, this would wait until the release below
+        file.hashing.result(timeout=5)
+        assert file.md5.digest() == hashlib.md5(BODY).digest()
+        assert not file.idle()  # the record is still to come
+    finally:
+        release.set()
+    file.recording.result(timeout=5)
+    assert file.idle()
+    record = resume.load(file.spool.dir_fd, file.spool.name)
+    assert record is not None and record.written == TOTAL and record.durable is None
+    big.close()
+    file.spool.discard()
+
+
+def test_records_of_both_threads_each_land_whole_under_their_own_temporary_name(
+        tmp_path: Path) -> None:
+    big = big_files(tmp_path)
+    file = written_file(tmp_path)
+    for _ in range(20):
+        big._checkpoint(file, durable=True)
+        big._checkpoint(file, durable=False)
+    big._settle(file)
+    record = resume.load(file.spool.dir_fd, file.spool.name)
+    assert record is not None and record.written == TOTAL
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    big.close()
+    file.spool.discard()
