@@ -215,3 +215,24 @@ def test_page_numbers_end_at_the_404_past_the_last_full_page(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     assert pages == [200, 200, 404]  # two pages, then the one past the end
     assert len(list((tmp_path / "d").iterdir())) == 400 + 1  # and .bulkfetch
+
+
+@pytest.mark.parametrize("api", [None, "drf"])
+def test_a_first_page_that_is_not_there_is_a_wrong_url_exit_2_not_a_rerun(
+        tmp_path: Path, api: str | None) -> None:
+    """A 404 on the very first list page: the URL is wrong, and rerunning cannot help (a
+    404 after the first page ends a page-numbered listing: the test above)."""
+    from bulkfetch.testing import ReferenceServer
+
+    with ReferenceServer("--files", "10", access_log=True) as server:
+        url = f"{server.url}/no/such/api/"
+        proc = subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", url, str(tmp_path / "d"), "-q",
+             *(["--api", api] if api else []), "--retries", "5"],
+            capture_output=True, text=True, timeout=120)
+        asked = [r.status for r in server.requests()]
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2, proc.stderr
+    assert "HTTP 404" in message and "Check the URL" in message and "/no/such/api/" in message
+    assert "Rerun" not in message
+    assert asked == [404], "a first 404 is not retried"

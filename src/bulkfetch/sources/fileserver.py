@@ -38,9 +38,14 @@ def _where(url: str) -> str:
     return f"listing {redact(url)}"
 
 
-def json_page(url: str, status: int, headers: list[bytes], body: bytes) -> object:
+def json_page(url: str, status: int, headers: list[bytes], body: bytes,
+              first: bool = False) -> object:
     """A list page's answer parsed as JSON; raises ListingError for anything else (a
-    status, retried when the status says so; HTML; malformed JSON, retried)."""
+    status, retried when the status says so; HTML; malformed JSON, retried). `first`: the
+    run's first page, where a 404 or 410 means the URL is wrong (rerunning cannot help)."""
+    if first and status in (404, 410):
+        raise ListingError(f"{_where(url)}: HTTP {status}: nothing is listed there. Check the "
+                           "URL (and --api, if one was given)", retryable=False, usage=True)
     if status != 200:
         retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
         raise ListingError(f"{_where(url)}: HTTP {status}", retryable_status(status),
@@ -99,7 +104,8 @@ class FileServerSource:
     def list_page(self, token: str | None) -> ListedPage:
         url = self.list_url(token)
         status, headers, body = self._get(url)
-        return self._validate(json_page(url, status, headers, body), headers, url)
+        return self._validate(json_page(url, status, headers, body, first=token is None),
+                              headers, url)
 
     def _validate(self, page: object, headers: list[bytes], url: str) -> ListedPage:
         names_key, next_key = self.shape.names_key, self.shape.next_key

@@ -167,7 +167,7 @@ class JsonApiSource:
             # would have said it was the last. Only after the first page: a first 404 is
             # a wrong URL.
             return ListedPage((), None)
-        page = json_page(url, status, headers, body)
+        page = json_page(url, status, headers, body, first=token is None)
         try:
             return self.parse(page, token, url, headers)
         except (PageError, ValueError) as exc:
