@@ -6,7 +6,7 @@ at 14.5 us a request on a 100-byte object (benchmarks/results/2026-11-24-session
 null sink: 22.2 us a file unsigned, 36.5 signed), two thirds of what the rest of a small
 file costs. An object GET is the same request every time but for its path and the clock:
 the key is derived once a day (it depends on the date, not the time), the canonical
-request is one format string, and a request costs one SHA-256 and one HMAC (about 3 us).
+request is one format string, and a request costs one SHA-256 and one HMAC (2.0 us here).
 Listing requests keep libcurl's signer: there are a thousand keys to each of them.
 
 What is signed: GET, the path as sent (the key percent-encoded once with only A-Z a-z
@@ -86,6 +86,7 @@ class ObjectSigner:
         self._day = ""
         self._timestamp = ""
         self._key = b""
+        self._mac = hmac.new(b"", digestmod=hashlib.sha256)  # replaced by _tick()
         self._prefix = ""  # "AWS4-HMAC-SHA256\n<timestamp>\n<scope>\n"
         self._authorization = ""  # the Authorization header up to the signature
 
@@ -97,6 +98,9 @@ class ObjectSigner:
         if day != self._day:
             self._day = day
             self._key = derive_key(self._secret, day, self._region)
+            # keyed once a day: a copy per request skips hashing the key's two pads again
+            # (0.83 against 1.36 us a signature here, session 23)
+            self._mac = hmac.new(self._key, digestmod=hashlib.sha256)
         scope = f"{day}/{self._region}/s3/aws4_request"
         self._timestamp = stamp
         self._prefix = f"{ALGORITHM}\n{stamp}\n{scope}\n"
@@ -109,5 +113,7 @@ class ObjectSigner:
             self._tick(second)
         canonical = self._canonical % (url[self._origin_length:], self._timestamp)
         digest = hashlib.sha256(canonical.encode()).hexdigest()
-        signature = hmac.digest(self._key, (self._prefix + digest).encode(), "sha256").hex()
+        mac = self._mac.copy()
+        mac.update((self._prefix + digest).encode())
+        signature = mac.hexdigest()
         return [*self._fixed, "x-amz-date: " + self._timestamp, self._authorization + signature]
