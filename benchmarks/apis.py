@@ -21,14 +21,13 @@ import hashlib
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness import bulkfetch_command, log
+from harness import bulkfetch_command, log, pages_done
 
 try:
     import bulkfetch  # noqa: F401
@@ -65,17 +64,6 @@ paginate = "url"
 next = "next"
 get_template = "/{name}"
 """
-
-
-def pages_done(dest: Path) -> int:
-    path = dest / ".bulkfetch" / "journal.sqlite"
-    if not path.exists():
-        return 0
-    try:
-        with sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True) as db:
-            return db.execute("SELECT count(*) FROM pages WHERE status = 'done'").fetchone()[0]
-    except sqlite3.Error:
-        return 0
 
 
 def wrong_files(dest: Path, files: int, skip: str) -> int:

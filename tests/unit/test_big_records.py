@@ -74,16 +74,40 @@ def test_the_hashing_goes_on_while_a_durable_record_waits_for_its_fsync(
     file.spool.discard()
 
 
-def test_records_of_both_threads_each_land_whole_under_their_own_temporary_name(
-        tmp_path: Path) -> None:
-    big = big_files(tmp_path)
-    file = written_file(tmp_path)
-    for _ in range(20):
-        big._checkpoint(file, durable=True)
-        big._checkpoint(file, durable=False)
-    big._settle(file)
-    record = resume.load(file.spool.dir_fd, file.spool.name)
-    assert record is not None and record.written == TOTAL
+def test_a_plain_record_written_while_a_durable_one_waits_leaves_it_its_own_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two threads write records at once: each under its own temporary name, so the
+    durable one, held in its fsync meanwhile, still lands whole and last."""
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    layout = ((0, 10, 10), (10, 20, 4))
+    durable = resume.PartialRecord("big.bin", 20, '"v1"', layout)
+    plain = resume.PartialRecord("big.bin", 20, '"v1"', ((0, 10, 10), (10, 20, 9)), (),
+                                 "this-boot", layout)
+    release, entered = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if threading.current_thread().name == "durable":
+            entered.set()
+            assert release.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(resume.os, "fsync", slow_fsync)
+    failed: list[BaseException] = []
+
+    def save_durable() -> None:
+        try:
+            resume.save(dir_fd, "spool", durable, durable=True)
+        except BaseException as exc:  # reported below
+            failed.append(exc)
+
+    thread = threading.Thread(target=save_durable, name="durable")
+    thread.start()
+    assert entered.wait(5)
+    resume.save(dir_fd, "spool", plain, durable=False)  # lands first
+    release.set()
+    thread.join(10)
+    assert not failed, failed  # a shared temporary name: renamed away under it
+    assert (tmp_path / ("spool" + resume.RECORD)).read_bytes() == durable.encode()
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
-    big.close()
-    file.spool.discard()
+    os.close(dir_fd)

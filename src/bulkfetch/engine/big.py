@@ -519,7 +519,7 @@ class BigFiles:
             time.sleep(NAP_S)
 
     def wait_hashing(self, timeout: float) -> None:
-        """Wait up to `timeout` for a hash job, when nothing else is in flight."""
+        """Wait up to `timeout` for a hash or record job, when nothing else is in flight."""
         jobs = [job for ranged in self.ranged for job in (ranged.hashing, ranged.recording)
                 if job is not None]
         if jobs:

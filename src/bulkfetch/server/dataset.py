@@ -49,7 +49,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -101,6 +101,37 @@ class DataSet(Protocol):
         ...
 
     def lookup(self, name: str) -> Entry | None: ...
+
+
+class SyntheticNames(Sequence[str]):
+    """A synthetic data set's names by index, in listing order, without storing any: any
+    --files works."""
+
+    def __init__(self, dataset: SyntheticDataSet) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return self.dataset.files
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        if isinstance(index, slice):
+            return [self.dataset.name(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.dataset.name(index)
+
+
+def every_name(dataset: DataSet) -> list[str]:
+    """Every name `dataset` lists, in its listing order (paged through once)."""
+    names: list[str] = []
+    cursor: bytes | None = None
+    while True:
+        page, cursor = dataset.page(cursor)
+        names.extend(page)
+        if cursor is None:
+            return names
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import quote_plus
 from xml.sax.saxutils import escape
 
-from bulkfetch.server.dataset import DataSet, SyntheticDataSet
+from bulkfetch.server.dataset import DataSet, SyntheticDataSet, SyntheticNames, every_name
 
 MAX_KEYS = 1000  # S3's most keys (and common prefixes) a page
 XML_HEAD = b'<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -58,7 +58,7 @@ def contents_element(key: str, size: int, etag: str, modified: int, url_encoded:
             f"<Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>")
 
 
-class _FlatNames(Sequence[str]):
+class _FlatNames(SyntheticNames):
     """The names of a plain synthetic data set in key order, without storing any: name(i)
     is 'f' and i zero-padded, so key order is index order. Listings are rendered a block
     of keys at a time and the last BLOCKS_KEPT blocks kept, so listing again costs no
@@ -66,7 +66,7 @@ class _FlatNames(Sequence[str]):
     client, not this server. (The names are plain: encoded or not, the text is the same.)"""
 
     def __init__(self, dataset: SyntheticDataSet, stale: Stale | None = None) -> None:
-        self.dataset = dataset
+        super().__init__(dataset)
         self.stale = stale
         self._blocks: OrderedDict[int, tuple[str, list[int]]] = OrderedDict()
 
@@ -108,18 +108,6 @@ class _FlatNames(Sequence[str]):
             self._blocks.popitem(last=False)
         return found
 
-    def __len__(self) -> int:
-        return self.dataset.files
-
-    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
-        if isinstance(index, slice):
-            return [self.dataset.name(i) for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        return self.dataset.name(index)
-
 
 def sorted_keys(dataset: DataSet, stale: Stale | None = None
                 ) -> tuple[Sequence[str], Contents]:
@@ -128,13 +116,7 @@ def sorted_keys(dataset: DataSet, stale: Stale | None = None
     if isinstance(dataset, SyntheticDataSet) and not dataset.nested:
         flat = _FlatNames(dataset, stale)
         return flat, flat.contents
-    names: list[str] = []
-    cursor: bytes | None = None
-    while True:
-        page, cursor = dataset.page(cursor)
-        names.extend(page)
-        if cursor is None:
-            break
+    names = every_name(dataset)
 
     def contents(listed: Listed, url_encoded: bool) -> str:
         out = []

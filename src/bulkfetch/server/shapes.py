@@ -97,7 +97,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from bulkfetch.server.app import JSON, App, Response
-from bulkfetch.server.dataset import DataSet, SyntheticDataSet
+from bulkfetch.server.dataset import DataSet, SyntheticDataSet, SyntheticNames, every_name
 from bulkfetch.server.faults import Fault
 from bulkfetch.server.http import Handler
 from bulkfetch.server.s3list import Stale
@@ -133,34 +133,11 @@ class Stated:
     modified: int  # Unix time
 
 
-class _IndexNames(Sequence[str]):
-    """A synthetic data set's names by index, without storing any: any --files works."""
-
-    def __init__(self, dataset: SyntheticDataSet) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return self.dataset.files
-
-    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
-        if isinstance(index, slice):
-            return [self.dataset.name(i) for i in range(*index.indices(len(self)))]
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        return self.dataset.name(index)
-
-
 def listed_names(dataset: DataSet) -> Sequence[str]:
     """Every name `dataset` lists, in its listing order, addressable by position."""
     if isinstance(dataset, SyntheticDataSet):
-        return _IndexNames(dataset)
-    names: list[str] = []
-    cursor: bytes | None = None
-    while True:
-        page, cursor = dataset.page(cursor)
-        names.extend(page)
-        if cursor is None:
-            return names
+        return SyntheticNames(dataset)
+    return every_name(dataset)
 
 
 def _iso(epoch: int, millis: bool = True,
