@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -111,3 +112,30 @@ def test_a_plain_record_written_while_a_durable_one_waits_leaves_it_its_own_file
     assert (tmp_path / ("spool" + resume.RECORD)).read_bytes() == durable.encode()
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
     os.close(dir_fd)
+
+
+def test_waiting_for_the_hashing_is_not_ended_by_a_record_finished_long_ago(
+        tmp_path: Path) -> None:
+    """With every byte in, the loop waits for the hashing thread. A finished job beside the
+    running one (the last durable record's) must not end that wait at once: the loop would
+    spin, and on one core take the time the hashing needs."""
+    from concurrent.futures import Future
+
+    big = big_files(tmp_path)
+    finished: Future[None] = Future()
+    finished.set_result(None)
+    running: Future[None] = Future()
+    file = written_file(tmp_path)
+    file.hashing, file.recording = running, finished
+    big.ranged.add(file)
+    timer = threading.Timer(0.2, running.set_result, (None,))
+    timer.start()
+    try:
+        before = time.monotonic()
+        big.wait_hashing(5.0)
+        waited = time.monotonic() - before
+    finally:
+        timer.cancel()
+    assert running.done() and waited >= 0.15  # woken by the hash job, not the old record
+    big.close()
+    file.spool.discard()
