@@ -203,6 +203,32 @@ def test_usage_errors(reference_server: Start, tmp_path: Path, case: str) -> Non
     assert server.requests() == []
 
 
+def test_a_wrong_url_leaves_dest_as_it_found_it(reference_server: Start,
+                                                 tmp_path: Path) -> None:
+    """Exit 2 on the first list page: no journal of a download that never began, and no DEST
+    the run made; a DEST that held something keeps it, an earlier run's journal too."""
+    server = reference_server("--files", "10")
+    wrong = f"{server.url}/no/such/list/"
+    fresh = tmp_path / "fresh"
+    proc = cli("get", wrong, str(fresh), "--quiet")
+    assert proc.returncode == 2 and "Check the URL" in proc.stderr, proc.stderr
+    assert not fresh.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "mine.txt").write_text("mine\n")
+    proc = cli("get", wrong, str(kept), "--quiet", "--sink", "tar")
+    assert proc.returncode == 2, proc.stderr
+    assert os.listdir(kept) == ["mine.txt"]  # no journal, no tar index
+    assert (kept / "mine.txt").read_text() == "mine\n"
+    done = tmp_path / "done"
+    assert cli("get", server.url, str(done), "--quiet").returncode == 0
+    journal = (done / STATE / "journal.sqlite").read_bytes()
+    proc = cli("get", wrong, str(done), "--quiet")
+    assert proc.returncode == 2, proc.stderr
+    assert (done / STATE / "journal.sqlite").read_bytes() == journal
+    assert len(stored_files(done)) == 10
+
+
 # -- 10. the library API -----------------------------------------------------------------------
 def test_library_download_reports_progress(reference_server: Start, tmp_path: Path) -> None:
     files = 3000

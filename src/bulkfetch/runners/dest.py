@@ -5,20 +5,52 @@ Shared by every runner whose sinks write DEST on this machine."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sqlite3
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from bulkfetch import index
 from bulkfetch.errors import BulkfetchError, UsageError
-from bulkfetch.journal import Journal
+from bulkfetch.journal import STATE_DIR, Journal
 from bulkfetch.sinks.directory import TMP_DIR
 
 
 def prepare_dest(dest: Path) -> None:
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"DEST {str(dest)!r} exists and is not a directory")
+
+
+@dataclass(frozen=True, slots=True)
+class DestBefore:
+    """What DEST held before a run, so that a run stopped by the user's mistake before it
+    listed or stored anything (a wrong URL, a certificate not trusted, a wrong secret) leaves
+    DEST as it found it: no journal of a download that never began, no empty DEST."""
+
+    dest: Path
+    existed: bool
+    had_state: bool  # DEST/.bulkfetch: an earlier run's journal, never removed here
+    had_index: bool  # DEST/index.sqlite (the tar sink makes it before workers start)
+
+    @classmethod
+    def note(cls, dest: Path) -> DestBefore:
+        return cls(dest, dest.exists(), os.path.lexists(dest / STATE_DIR),
+                   os.path.lexists(dest / index.INDEX_NAME))
+
+    def restore(self) -> None:
+        """Remove what this run made in DEST, and DEST itself when it made it."""
+        if self.had_state:
+            return
+        shutil.rmtree(self.dest / STATE_DIR, ignore_errors=True)
+        if not self.had_index:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.dest / f"{index.INDEX_NAME}{suffix}")
+        if not self.existed:
+            with contextlib.suppress(OSError):  # not empty: something else wrote there
+                self.dest.rmdir()
 
 
 def prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:

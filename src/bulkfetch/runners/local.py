@@ -23,7 +23,7 @@ from bulkfetch.journal import Journal
 from bulkfetch.live import LiveStatus
 from bulkfetch.models import Report
 from bulkfetch.runners.coordinator import Coordinator, ProgressCallback
-from bulkfetch.runners.dest import prepare_dest, prepare_shards
+from bulkfetch.runners.dest import DestBefore, prepare_dest, prepare_shards
 from bulkfetch.runners.pool import ProcessPool, WorkerPool
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
@@ -70,20 +70,28 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
     run (no space for the journal, an I/O error) comes back as Report.error."""
     dest = Path(options.dest)
     prepare_dest(dest)
+    before = DestBefore.note(dest)
     source = make_source(options)
     pool: WorkerPool
-    if options.runner.kind == "ray":
-        from bulkfetch.runners.ray_pool import RayPool
-
-        dest.mkdir(parents=True, exist_ok=True)
-        ray_pool = RayPool(options)  # connects, checks every node sees DEST, sizes itself
-        pool, options = ray_pool, ray_pool.options
-    else:
-        pool = ProcessPool(options)
     try:
-        return _run(options, source, pool, on_progress)
-    finally:
-        pool.close()
+        if options.runner.kind == "ray":
+            from bulkfetch.runners.ray_pool import RayPool
+
+            dest.mkdir(parents=True, exist_ok=True)
+            ray_pool = RayPool(options)  # connects, checks every node sees DEST, sizes itself
+            pool, options = ray_pool, ray_pool.options
+        else:
+            pool = ProcessPool(options)
+        try:
+            report = _run(options, source, pool, on_progress)
+        finally:
+            pool.close()
+    except UsageError:
+        before.restore()
+        raise
+    if report.usage_error and not (report.pages or report.files_ok or report.files_failed):
+        before.restore()
+    return report
 
 
 def _run(options: GetOptions, source: Any, pool: WorkerPool,
