@@ -10,12 +10,27 @@
 
 __version__ = "0.1.0"  # first: modules imported below read it
 
-from bulkfetch.api import build_options, download
+from typing import TYPE_CHECKING
+
 from bulkfetch.errors import BulkfetchError, UsageError
-from bulkfetch.models import Failure, Progress, Report
+
+if TYPE_CHECKING:  # what __getattr__ gives, for type checkers
+    from bulkfetch.api import build_options, download
+    from bulkfetch.models import Failure, Progress, Report
 
 
 def __getattr__(name: str) -> object:
+    # The library's entry points are imported on first use: the CLI's commands import what
+    # they need, and `bulkfetch hash` or `status` never need the options of a download
+    # (14 ms of every command's start-up).
+    if name in ("build_options", "download"):
+        from bulkfetch import api
+
+        return getattr(api, name)
+    if name in ("Failure", "Progress", "Report"):
+        from bulkfetch import models
+
+        return getattr(models, name)
     # open_dataset is imported on first use: `bulkfetch get` never needs the readers.
     if name == "open_dataset":
         from bulkfetch.dataset import open_dataset
