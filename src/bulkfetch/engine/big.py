@@ -518,17 +518,21 @@ class BigFiles:
         if self.napping:
             time.sleep(NAP_S)
 
-    def wait_hashing(self, timeout: float) -> None:
-        """Wait up to `timeout` for a hash or record job, when nothing else is in flight."""
+    def wait_hashing(self, timeout: float) -> bool:
+        """Wait up to `timeout` for a hash or record job, when nothing else is in flight;
+        False at once when none is running (the pieces left wait for a retry, or are about
+        to be handed to the hashing thread)."""
         # Only jobs still running: a finished one (the last fsync's, long ago) would end
         # the wait at once, and the loop would spin beside the hashing thread it waits for
         # (on one core it took 70% of it: the last bytes of 4 GiB hashed 0.15 s later).
         jobs = [job for ranged in self.ranged for job in (ranged.hashing, ranged.recording)
                 if job is not None and not job.done()]
-        if jobs:
-            from concurrent.futures import FIRST_COMPLETED, wait
+        if not jobs:
+            return False
+        from concurrent.futures import FIRST_COMPLETED, wait
 
-            wait(jobs, timeout, FIRST_COMPLETED)
+        wait(jobs, timeout, FIRST_COMPLETED)
+        return True
 
     def _drop(self, ranged: RangedFile) -> None:
         """Give up `ranged` and remove its spool. Its parts in flight stop at their next
