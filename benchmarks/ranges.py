@@ -110,15 +110,17 @@ def main() -> None:
             checks.append(f"bulkfetch --parts {parts}: {'right' if right else 'WRONG'}")
             settle(dest, pause=1.0)
 
+        def aria2c_command(dest: Path) -> list[str]:
+            return ["aria2c", "-q", f"-x{args.parts}", f"-s{args.parts}",
+                    "--file-allocation=none", "--allow-overwrite=true",
+                    "--auto-file-renaming=false", "-d", str(dest), "-o", NAME, url]
+
         def aria2c() -> None:
             dest = work / "aria2c"
             settle(dest, pause=1.0)
             log(f"aria2c -x {args.parts} -s {args.parts} ...")
             warm_memory(size + WARM_SPARE)
-            aria = run_measured([*pin.client, "aria2c", "-q", f"-x{args.parts}",
-                                 f"-s{args.parts}", "--file-allocation=none",
-                                 "--allow-overwrite=true", "--auto-file-renaming=false",
-                                 "-d", str(dest), "-o", NAME, url])
+            aria = run_measured([*pin.client, *aria2c_command(dest)])
             rows["aria"].append(Row(f"aria2c -x{args.parts} -s{args.parts}", size, aria))
             summed = run_measured([*pin.client, "md5sum", str(dest / NAME)])
             right = aria.returncode == 0 and summed.stdout.split()[:1] == [etag]
@@ -131,10 +133,9 @@ def main() -> None:
             settle(dest, pause=1.0)
             log(f"aria2c -x {args.parts} -s {args.parts}, MD5 beside it ...")
             warm_memory(size + WARM_SPARE)
-            line = (f"aria2c -q -x{args.parts} -s{args.parts} --file-allocation=none "
-                    f"--allow-overwrite=true --auto-file-renaming=false -d {dest} -o {NAME} "
-                    f"{url} & {shlex.quote(sys.executable)} -c {shlex.quote(MD5_BESIDE)} "
-                    f"{size} {parse_bytes(args.rate) * args.parts} & wait")
+            hashing = [sys.executable, "-c", MD5_BESIDE, str(size),
+                       str(parse_bytes(args.rate) * args.parts)]
+            line = f"{shlex.join(aria2c_command(dest))} & {shlex.join(hashing)} & wait"
             both = run_measured([*pin.client, "sh", "-c", line])
             rows["beside"].append(Row(f"aria2c -x{args.parts} -s{args.parts}, MD5 beside it",
                                       size, both))

@@ -19,32 +19,22 @@ if TYPE_CHECKING:  # what __getattr__ gives, for type checkers
     from bulkfetch.models import Failure, Progress, Report
 
 
+# Imported on first use, each from its module: `bulkfetch get` never needs the dataset
+# readers, the CLI's commands import what they need (`bulkfetch hash` or `status` never the
+# options of a download: 14 ms of start-up), and the engine only when it is used.
+_LAZY = {"build_options": "api", "download": "api", "Failure": "models",
+         "Progress": "models", "Report": "models", "open_dataset": "dataset",
+         "Client": "client", "FetchError": "client", "stream": "streaming",
+         "Stream": "streaming"}
+
+
 def __getattr__(name: str) -> object:
-    # The library's entry points are imported on first use: the CLI's commands import what
-    # they need, and `bulkfetch hash` or `status` never need the options of a download
-    # (14 ms of every command's start-up).
-    if name in ("build_options", "download"):
-        from bulkfetch import api
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bulkfetch' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(api, name)
-    if name in ("Failure", "Progress", "Report"):
-        from bulkfetch import models
-
-        return getattr(models, name)
-    # open_dataset is imported on first use: `bulkfetch get` never needs the readers.
-    if name == "open_dataset":
-        from bulkfetch.dataset import open_dataset
-
-        return open_dataset
-    if name in ("Client", "FetchError"):  # the engine is imported only when used
-        from bulkfetch import client
-
-        return getattr(client, name)
-    if name in ("stream", "Stream"):
-        from bulkfetch import streaming
-
-        return getattr(streaming, name)
-    raise AttributeError(f"module 'bulkfetch' has no attribute {name!r}")
+    return getattr(import_module(f"bulkfetch.{module}"), name)
 
 
 __all__ = [

@@ -525,8 +525,7 @@ class BigFiles:
         # Only jobs still running: a finished one (the last fsync's, long ago) would end
         # the wait at once, and the loop would spin beside the hashing thread it waits for
         # (on one core it took 70% of it: the last bytes of 4 GiB hashed 0.15 s later).
-        jobs = [job for ranged in self.ranged for job in (ranged.hashing, ranged.recording)
-                if job is not None and not job.done()]
+        jobs = [job for ranged in self.ranged for job in ranged.running()]
         if not jobs:
             return False
         from concurrent.futures import FIRST_COMPLETED, wait
@@ -553,7 +552,7 @@ class BigFiles:
     def _settle(ranged: RangedFile) -> None:
         """Let the hashing and recording threads finish with `ranged` (they read and
         fsync the spool, and write its record) before the spool is closed."""
-        jobs = [job for job in (ranged.hashing, ranged.recording) if job is not None]
+        jobs = ranged.running()
         if jobs:
             from concurrent.futures import wait
 

@@ -431,11 +431,11 @@ class Fetcher(RequestHeaders):
                     # with no socket below 1024, pycurl's select() returns 0 at once
                     if multi.select(timeout) == 0 and time.monotonic() - began < timeout / 2:
                         time.sleep(timeout)
-        # Nothing in flight: a split file's last bytes are hashing, or transfers wait for
-        # their retry (a split file's pieces too: then no hash job runs, and without the
-        # sleep the loop would spin until the retry is due).
-        elif not (self.big.ranged and self.big.wait_hashing(timeout)) \
-                and (self.waiting or (gate is not None and gate.count)) \
+        elif self.big.ranged and self.big.wait_hashing(timeout):
+            pass  # nothing in flight: waited for a split file's last bytes to hash
+        # Transfers wait for their retry (a split file's pieces too: then no hash job runs,
+        # and without the sleep the loop would spin until the retry is due).
+        elif (self.waiting or (gate is not None and gate.count)) \
                 and not (self.finished or self.fetched):
             time.sleep(min(timeout, self._next_due()))
         if self.big.ranged:

@@ -206,10 +206,14 @@ class RangedFile:
             self.other.update(data)
         self.hash_submitted = at + len(data)
 
+    def running(self) -> list[Any]:
+        """The jobs of the hashing and the recording thread still running for this file."""
+        return [job for job in (self.hashing, self.recording)
+                if job is not None and not job.done()]
+
     def idle(self) -> bool:
         """No job of the hashing or the recording thread is left for this file."""
-        return (self.hashing is None or self.hashing.done()) and (
-            self.recording is None or self.recording.done())
+        return not self.running()
 
     def mismatch(self) -> str | None:
         """Why the complete file is not the one the server meant, or None."""

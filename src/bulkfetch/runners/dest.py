@@ -5,7 +5,6 @@ Shared by every runner whose sinks write DEST on this machine."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import sqlite3
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from bulkfetch import index
 from bulkfetch.errors import BulkfetchError, UsageError
-from bulkfetch.journal import LOCK_NAME, STATE_DIR, Journal
+from bulkfetch.journal import LOCK_NAME, STATE_DIR, Journal, _lock_holder
 from bulkfetch.sinks.directory import TMP_DIR
 
 
@@ -44,32 +43,16 @@ class DestBefore:
         """Remove what this run made in DEST, and DEST itself when it made it; nothing while
         another run holds DEST's lock (two runs began at once on a new DEST: the other
         one's journal is not this run's to remove)."""
-        if self.had_state:
+        if self.had_state or _lock_holder(self.dest / STATE_DIR / LOCK_NAME)[0]:
             return
-        try:
-            lock = os.open(self.dest / STATE_DIR / LOCK_NAME,
-                           os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            lock = None
-        except OSError:
-            return
-        try:
-            if lock is not None:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    return
-            shutil.rmtree(self.dest / STATE_DIR, ignore_errors=True)
-            if not self.had_index:
-                for suffix in ("", "-wal", "-shm", "-journal"):
-                    with contextlib.suppress(OSError):
-                        os.unlink(self.dest / f"{index.INDEX_NAME}{suffix}")
-            if not self.existed:
-                with contextlib.suppress(OSError):  # not empty: something else wrote there
-                    self.dest.rmdir()
-        finally:
-            if lock is not None:
-                os.close(lock)
+        shutil.rmtree(self.dest / STATE_DIR, ignore_errors=True)
+        if not self.had_index:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.dest / f"{index.INDEX_NAME}{suffix}")
+        if not self.existed:
+            with contextlib.suppress(OSError):  # not empty: something else wrote there
+                self.dest.rmdir()
 
 
 def prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:
