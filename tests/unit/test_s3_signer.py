@@ -31,14 +31,15 @@ def headers_of(lines: list[str]) -> dict[str, str]:
     return found
 
 
-def botocore_authorization(url: str, host: str, when: float, token: str | None) -> str:
-    """What botocore signs for a GET of `url` with the same headers at `when`."""
+def botocore_authorization(url: str, host: str, when: float, token: str | None,
+                           method: str = "GET") -> str:
+    """What botocore signs for a METHOD of `url` with the same headers at `when`."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
     headers = {"Host": host, "x-amz-checksum-mode": "ENABLED",
                "X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD", "X-Amz-Date": stamp}
     if token:
         headers["X-Amz-Security-Token"] = token
-    request = AWSRequest(method="GET", url=url, headers=headers)
+    request = AWSRequest(method=method, url=url, headers=headers)
     request.context["timestamp"] = stamp
     auth = S3SigV4Auth(Credentials(ACCESS, SECRET, token), "s3", "eu-west-3")
     canonical = auth.canonical_request(request)
@@ -77,6 +78,24 @@ def test_same_signature_as_botocore(endpoint: str, addressing: str, prefix: str,
         assert verify("GET", "/" + target, sent, server, now=NOW) is None
         wrong = ServerCredentials(ACCESS, SECRET + "x", token)
         assert verify("GET", "/" + target, sent, wrong, now=NOW) is not None
+
+
+@pytest.mark.parametrize("token", [None, TOKEN])
+def test_a_head_with_a_query_is_signed_as_botocore_signs_it(token: str | None) -> None:
+    """headers_for(): the layout probe, `HEAD key?partNumber=1` (engine/multipart.py)."""
+    credentials = S3Credentials(ACCESS, SECRET, token)
+    settings = S3Settings("http://127.0.0.1:9000", "eu-west-3", credentials, "path")
+    signer = ObjectSigner(credentials, "eu-west-3", "http://127.0.0.1:9000/my-bucket/",
+                          clock=lambda: NOW)
+    server = ServerCredentials(ACCESS, SECRET, token)
+    for key in KEYS:
+        url = settings.object_url("my-bucket", key) + "?partNumber=1"
+        sent = headers_of(signer.headers_for("HEAD", url))
+        assert sent["authorization"] == botocore_authorization(url, sent["host"], NOW, token,
+                                                                "HEAD")
+        assert sent["authorization"] != headers_of(signer.headers(url))["authorization"]
+        path, _, query = url.split("/", 3)[3].partition("?")  # (the target as sent)
+        assert verify("HEAD", f"/{path}?{query}", sent, server, now=NOW) is None
 
 
 def test_host_is_what_the_url_names_without_a_default_port() -> None:

@@ -4,13 +4,13 @@ A transfer lands here when libcurl stopped its in-memory attempt at --spool-abov
 once with --spool-above 0). Its first response decides (parts.split_plan): one stream
 into a spool (spooling.SpooledBody), or pieces over --parts connections written by offset
 into one spool (parts.RangedFile). Big transfers hold at most half the handles, so small
-files keep moving beside them; a piece is one transfer like any other.
+files keep moving beside them; a piece is one transfer like any other. An S3 object
+uploaded in parts may be asked for its parts' layout first (layouts.py, a HEAD).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from collections import deque
@@ -27,11 +27,12 @@ from bulkfetch.engine.curl import (
     retryable_status,
 )
 from bulkfetch.engine.digests import BY_SIZE, checked_way
+from bulkfetch.engine.layouts import PartLayouts
+from bulkfetch.engine.multipart import LayoutProbe
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.engine.redirects import REDIRECT_STATUSES
 from bulkfetch.models import InFlight
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
-from bulkfetch.sinks.spool import FileSpool
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +89,7 @@ class BigFiles:
         usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         self.hash_in_line = (len(usable) if usable else os.cpu_count() or 1) <= limits.workers
         self.restarts = 0  # ranged files started over as one stream
+        self.layouts = PartLayouts(fetcher.layout_request if fetcher.verify else None)
         self.size_only = 0  # ranged files no whole-file digest vouched for
 
     # -- starting ------------------------------------------------------------------------
@@ -102,6 +104,14 @@ class BigFiles:
                 self.fetcher._fail(transfer[0], transfer[1], wrong, transfer[3], transfer[2])
                 return
             plan = plan.pin(pinned)
+        probe = self.layouts.probe_for(plan, lines)
+        if probe is not None:
+            self.pending.append((*transfer[:4], probe))
+            return
+        self._go(transfer, plan)
+
+    def _go(self, transfer: tuple[Any, ...], plan: SplitPlan | None) -> None:
+        """Fetch `transfer` by `plan`: in ranges, or as one stream."""
         if plan is None or plan.total < self.split_above:
             # Below --split-above one plain stream, hashed as it arrives: no resume
             # record, no pieces; such a file is not resumed, fetching it again costs little.
@@ -109,7 +119,7 @@ class BigFiles:
             return
         state, name = transfer[0], transfer[1]
         try:
-            opened = self._open_partial(name, plan)
+            opened = resume.open_partial(self.fetcher.sink, name, plan)
         except SinkFailure as exc:
             self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2])
             return
@@ -129,7 +139,7 @@ class BigFiles:
         name = transfer[1]
         self.partials.discard(name)  # one partial file, one transfer
         try:
-            opened = self._open_partial(name, None)
+            opened = resume.open_partial(self.fetcher.sink, name, None)
         except SinkFailure:
             return False
         if opened is None:
@@ -146,39 +156,6 @@ class BigFiles:
         plan = SplitPlan(record.total, record.validator, stated).pin(pinned)
         self._begin(RangedFile.resumed(transfer, spool, plan, self.parts, record.parts), record)
         return True
-
-    def _open_partial(self, name: str, plan: SplitPlan | None,
-                      ) -> tuple[FileSpool, resume.PartialRecord | None] | None:
-        """The partial file of `name` and its record; the record only when the file can
-        be resumed: its bytes are there, and they are of `plan`'s version of the file when
-        a plan is given. A file that cannot be resumed is emptied and its record removed.
-        None for a sink that keeps no partial files, or when another transfer holds the
-        file. Raises SinkFailure."""
-        key = resume.partial_key(name)
-        spool = self.fetcher.sink.open_partial(key)
-        if spool is None:
-            return None
-        try:
-            # One transfer per partial file: the same name listed twice, in this worker or
-            # another, goes as a plain stream of its own (the lock goes with the fd).
-            fcntl.flock(spool.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            spool.close()
-            return None
-        record = resume.load(spool.dir_fd, key)
-        if record is not None and (
-                record.name != name
-                or not record.held_by(os.fstat(spool.fd).st_size)
-                or (plan is not None and (record.total, record.validator)
-                    != (plan.total, plan.validator))):
-            record = None
-        if record is None:
-            resume.remove(spool.dir_fd, key)
-            # Only a file with bytes in it: ext4 writes back on close a file truncated to
-            # zero and written again (auto_da_alloc), 1.4 s for 1 GiB, stalling the loop.
-            if os.fstat(spool.fd).st_size:
-                os.ftruncate(spool.fd, 0)
-        return spool, record
 
     def _begin(self, ranged: RangedFile, record: resume.PartialRecord | None = None) -> None:
         """Start `ranged`, a new file or one `record` left."""
@@ -198,7 +175,9 @@ class BigFiles:
             if gate is not None and not gate.admit(transfer, big=True):
                 continue
             if len(transfer) == 5:
-                if not transfer[4].file.cancelled:
+                if isinstance(transfer[4], LayoutProbe):
+                    self._start_probe(transfer)
+                elif not transfer[4].file.cancelled:
                     self._start_part(transfer)
                 elif self.fetcher.windows is not None:  # let through, never started
                     gate.done(transfer[2])  # type: ignore[union-attr]
@@ -216,7 +195,8 @@ class BigFiles:
             return
         handle = fetcher.free.pop()
         body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1],
-                                    pinned=fetcher.pin_of(transfer))
+                                    pinned=fetcher.pin_of(transfer),
+                                    part_size=self.layouts.sizes.get(transfer[1], 0))
         spooling.prepare(handle, body.write)
         if fetcher.sign is not None:
             handle.setopt(pycurl.HTTPHEADER, fetcher.sign(transfer[2]))
@@ -241,20 +221,32 @@ class BigFiles:
             self.fetcher.base_headers if sign is None else sign(transfer[2])))
         self._add(handle, part, transfer)
 
-    def _add(self, handle: pycurl.Curl, body: spooling.SpooledBody | Part,
-             transfer: tuple[Any, ...]) -> None:
+    def _start_probe(self, transfer: tuple[Any, ...]) -> None:
+        probe: LayoutProbe = transfer[4]
+        handle = self.fetcher.free.pop()
+        probe.lines = self.fetcher.buffers[handle][1]
+        url, headers = self.fetcher.layout_request(transfer[2])  # type: ignore[misc]
+        handle.setopt(pycurl.NOBODY, 1)
+        handle.setopt(pycurl.MAXFILESIZE_LARGE, 0)  # (it is the part's Content-Length)
+        handle.setopt(pycurl.HTTPHEADER, headers)
+        self._add(handle, probe, transfer, url)
+
+    def _add(self, handle: pycurl.Curl, body: spooling.SpooledBody | Part | LayoutProbe,
+             transfer: tuple[Any, ...], url: str | None = None) -> None:
         self.active[handle] = body
         self.fetcher.transfer_of[handle] = transfer
-        handle.setopt(_URL, transfer[2])
+        handle.setopt(_URL, transfer[2] if url is None else url)
         self.fetcher.multi.add_handle(handle)
 
-    def _release(self, handle: pycurl.Curl) -> spooling.SpooledBody | Part:
+    def _release(self, handle: pycurl.Curl) -> spooling.SpooledBody | Part | LayoutProbe:
         """Take `handle` out of the multi and back to a small-file handle, keeping what its
         attempt said (status, Retry-After, Content-Length) on the body. Its header lines
         stay until _free(): the body's checks read them."""
         fetcher = self.fetcher
         fetcher.multi.remove_handle(handle)
         body = self.active.pop(handle)
+        if fetcher.gate is not None and fetcher.gate.byte_rate > 0:
+            self.charge(fetcher.gate, body)
         chunks, lines = fetcher.buffers[handle]
         status = (body.status if body.started else 0) or handle.getinfo(pycurl.RESPONSE_CODE)
         body.status = status
@@ -262,12 +254,28 @@ class BigFiles:
             body.retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
         body.announced = handle.getinfo(pycurl.CONTENT_LENGTH_DOWNLOAD_T)
         spooling.restore(handle, chunks, self.spool_above)
-        if isinstance(body, Part):
+        if isinstance(body, LayoutProbe):
+            handle.setopt(pycurl.HTTPGET, 1)  # (NOBODY 0 alone would leave it a HEAD)
+        if not isinstance(body, spooling.SpooledBody):
             if fetcher.base_headers:  # the source's own headers stay (S3: signing)
                 handle.setopt(pycurl.HTTPHEADER, fetcher.base_headers)
             else:
                 handle.unsetopt(pycurl.HTTPHEADER)
         return body
+
+    def charge(self, gate: Any, body: Any = None) -> None:
+        """--limit-rate: the bytes that came since the last charge, of `body` or of every
+        big body in flight, taken from their host's byte bucket (HostGate.flowed)."""
+        for each in (self.active.values() if body is None else (body,)):
+            if isinstance(each, spooling.SpooledBody):
+                came, url = each.size, each.transfer[2]
+            elif isinstance(each, Part):
+                came, url = each.written, each.file.transfer[2]
+            else:
+                continue
+            if came > each.charged:
+                gate.flowed(url, came - each.charged)
+                each.charged = came
 
     def _free(self, handle: pycurl.Curl) -> None:
         for buffer in self.fetcher.buffers[handle]:
@@ -278,8 +286,12 @@ class BigFiles:
     def completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
         transfer = self.fetcher.transfer_of[handle]
         body = self._release(handle)
+        if self.fetcher.windows is not None:  # (its start was counted for its host)
+            self.fetcher.gate.done(transfer[2])  # type: ignore[union-attr]
         try:
-            if self.fetcher.follows and body.status in REDIRECT_STATUSES:
+            if isinstance(body, LayoutProbe):
+                self._go(transfer[:4], self.layouts.settled(transfer[1], body, error))
+            elif self.fetcher.follows and body.status in REDIRECT_STATUSES:
                 self._redirected(transfer, body, header_value(self.fetcher.buffers[handle][1],
                                                               b"location"))
             elif isinstance(body, Part):
@@ -340,26 +352,27 @@ class BigFiles:
             body.spool.discard()
             raise body.error
         reason, retryable = self._judge(body, error, 200)
+        way = checked_way(body.stated) if fetcher.verify else BY_SIZE
         if not reason:
             reason = body.mismatch(body.announced, fetcher.verify) or ""
+            if reason and self.layouts.cut_otherwise(transfer[1], body.stated, body.other):
+                reason, way = "", BY_SIZE
         if reason:
             body.spool.discard()
             fetcher._retry_or_fail(transfer, reason, retryable, body.retry_after, big=True)
             return
-        way = checked_way(body.stated) if fetcher.verify else BY_SIZE
         self._store(transfer, body.spool, body.size, body.md5.hexdigest(), way)
 
     def _store(self, transfer: tuple[Any, ...], spool: Any, size: int, md5: str,
                way: int) -> None:
         state, name = transfer[0], transfer[1]
+        self.layouts.forget(name)
         try:
             self.fetcher.sink.store_spool(state.page.seq, name, spool, size, md5)
         except SinkFailure as exc:
             self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2])
             return
         self.fetcher.checked[way] += 1
-        if self.fetcher.gate is not None:
-            self.fetcher.gate.received(transfer[2], size)
         self.fetcher._stored(state, size)
 
     def _part_completed(self, transfer: tuple[Any, ...], part: Part,
@@ -434,6 +447,10 @@ class BigFiles:
                 self._forget(ranged)
                 raise SinkFatal(f"cannot read back {ranged.name}'s ranges: {exc}") from None
             reason = ranged.mismatch() if self.fetcher.verify else None
+            way = checked_way(ranged.plan.stated) if self.fetcher.verify else BY_SIZE
+            if reason and self.layouts.cut_otherwise(ranged.name, ranged.plan.stated,
+                                                     ranged.other):
+                reason, way = None, BY_SIZE
             if reason:
                 self._forget(ranged)
                 self.fetcher._retry_or_fail(ranged.transfer, reason, True, None, big=True)
@@ -442,8 +459,7 @@ class BigFiles:
                 self.size_only += 1
             resume.remove(ranged.spool.dir_fd, ranged.spool.name)
             self._store(ranged.transfer, ranged.spool, ranged.plan.total,
-                        ranged.md5.hexdigest(),
-                        checked_way(ranged.plan.stated) if self.fetcher.verify else BY_SIZE)
+                        ranged.md5.hexdigest(), way)
 
     def _checkpoint(self, ranged: RangedFile, durable: bool, now: bool = False) -> None:
         """Record the bytes written so far, unless `now` on the hashing thread (behind its

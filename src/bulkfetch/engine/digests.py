@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bulkfetch.engine.multipart import PartsHasher, parse_name
+
 # Algorithms we check, by their names in Repr-Digest / Digest, as hashlib names.
 _ALGORITHMS = {"sha-256": "sha256", "sha-512": "sha512", "md5": "md5"}
 _STRENGTH = {"md5": 0, "crc32": 1, "crc32c": 2, "crc64nvme": 3, "sha1": 4, "sha256": 5,
@@ -105,8 +107,9 @@ BY_MD5, BY_DIGEST, BY_SIZE = 0, 1, 2
 
 
 def checked_way(stated: dict[str, bytes]) -> int:
-    """How a big body whose server stated `stated` (digests.stated_digests) was checked."""
-    if any(name != "md5" for name in stated):
+    """How a big body whose server stated `stated` (digests.stated_digests) was checked (a
+    multipart ETag, "md5-parts/...", counts as by MD5)."""
+    if any(not name.startswith("md5") for name in stated):
         return BY_DIGEST
     return BY_MD5 if stated else BY_SIZE
 
@@ -122,6 +125,9 @@ def mismatch(stated: dict[str, bytes], md5: Any, other: Any, what: str,
             "the server's ETag/Content-MD5/Repr-Digest"
         return f"MD5 of {what} does not match {whose}"
     if other is not None and other.digest() != stated.get(other.name):
+        if isinstance(other, PartsHasher):
+            which, whose = other.label
+            return f"{which} of {what} does not match {whose}"
         whose = f"the digest {vouched_by} gives" if vouched_by else "the server's " + (
             "checksum" if other.name.startswith("crc") else "Repr-Digest")
         return f"{other.name.upper()} of {what} does not match {whose}"
@@ -228,8 +234,15 @@ class _Crc:
 
 
 def new_hasher(name: str) -> Any:
-    """A fresh hasher for a digest name of stated_digests(), or None when this machine
-    cannot compute it (awscrt missing for crc32c and crc64nvme)."""
+    """A fresh hasher for a digest name of stated_digests() or of an upload's parts
+    (multipart.PartClaims.named), or None when this machine cannot compute it (awscrt
+    missing for crc32c and crc64nvme)."""
+    parts = parse_name(name)
+    if parts is not None:
+        algorithm, size = parts
+        if new_hasher(algorithm) is None:
+            return None
+        return PartsHasher(name, size, lambda: new_hasher(algorithm))
     if name == "crc32":
         import zlib
 
@@ -245,10 +258,19 @@ def new_hasher(name: str) -> Any:
     return hashlib.new(name)
 
 
+def _strength(name: str) -> int:
+    """A whole body's digest over one of its parts' (which costs a hash per part), and
+    among those the stronger algorithm."""
+    parts = parse_name(name)
+    if parts is None:
+        return 2 * _STRENGTH[name] + 1
+    return 2 * _STRENGTH[parts[0]]
+
+
 def strongest(digests: dict[str, bytes]) -> tuple[str, bytes] | None:
     """The strongest stated digest other than md5 (md5 is always computed anyway)."""
     others = [name for name in digests if name != "md5"]
     if not others:
         return None
-    name = max(others, key=_STRENGTH.__getitem__)
+    name = max(others, key=_strength)
     return name, digests[name]

@@ -150,6 +150,10 @@ class Fetcher(RequestHeaders):
         # A source whose credentials expire (a registry's bearer token): url -> whether a
         # 401 there is worth another attempt with renewed credentials.
         self.reauthorize: Callable[[str], bool] | None = getattr(source, "reauthorize", None)
+        # A source that can ask for the layout of an object uploaded in parts (S3): url ->
+        # the URL and headers of that request (engine/multipart.py).
+        self.layout_request: Callable[[str], tuple[str, list[str]]] | None = getattr(
+            source, "layout_request", None)
         # Per-host pauses (Retry-After) and --max-rps (a worker's share of it); made on
         # the first Retry-After when no --max-rps asks for it from the start.
         limits = options.limits
@@ -440,6 +444,8 @@ class Fetcher(RequestHeaders):
             time.sleep(min(timeout, self._next_due()))
         if self.big.ranged:
             self.big.poll()
+        if self.spooling and gate is not None and gate.byte_rate > 0:
+            self.big.charge(gate)
         if controller is not None:
             now = time.monotonic()
             if controller.due(now):
@@ -476,6 +482,8 @@ class Fetcher(RequestHeaders):
         if error is not None:
             code, message = error
             if code == _TOO_BIG:  # not a failure: the body goes to a spool instead
+                if self.gate is not None:  # (no byte of its body came: --limit-rate)
+                    self.gate.ended(transfer[2], sent=False)
                 self.big.too_big(transfer, lines)
                 chunks.clear()
                 lines.clear()

@@ -90,6 +90,11 @@ class TokenBucket:
         self._refill()
         self.level -= amount
 
+    def give_back(self, amount: float) -> None:
+        """Return `amount` taken for what did not come (no more than the burst saved)."""
+        self._refill()
+        self.level = min(self.burst, self.level + amount)
+
     def wait(self) -> float:
         """Seconds until the level is back to zero (0.0: no debt)."""
         self._refill()
@@ -156,7 +161,7 @@ class HostGate:
             waiting.append((transfer, big))
             self.count += 1
             return False
-        delay = self._delay(host)
+        delay = self._delay(host, big)
         if delay <= 0.0:
             return True
         self.parked[host] = deque([(transfer, big)])
@@ -172,8 +177,10 @@ class HostGate:
         else:
             heapq.heappush(self.wake, (self.clock() + delay, host))
 
-    def _delay(self, host: str) -> float:
-        """Seconds until `host` may be asked; 0.0 and one request counted when now."""
+    def _delay(self, host: str, big: bool = False) -> float:
+        """Seconds until `host` may be asked; 0.0 and one request counted when now. A big
+        body's transfer takes nothing from the byte bucket as it starts: its bytes are
+        taken as they come (flowed())."""
         until = self.paused_until.get(host)
         if until is not None:
             left = until - self.clock()
@@ -187,7 +194,7 @@ class HostGate:
             owed = self._bytes(host).wait()
             if owed > 0.0:
                 return owed
-            if host not in self.mean_size and self.unestimated.get(host):
+            if not big and host not in self.mean_size and self.unestimated.get(host):
                 return 0.01  # one body first: its size is the estimate of the next ones
         if self.max_rps > 0:
             bucket = self.buckets.get(host)
@@ -199,7 +206,7 @@ class HostGate:
             wait = bucket.take()
             if wait > 0.0:
                 return wait
-        if self.byte_rate > 0:
+        if self.byte_rate > 0 and not big:
             mean = self.mean_size.get(host)
             if mean is None:
                 self.unestimated[host] = self.unestimated.get(host, 0) + 1
@@ -228,12 +235,22 @@ class HostGate:
                 self._bytes(host).debit(size - (mean or 0.0))
             self.mean_size[host] = size if mean is None else 0.9 * mean + 0.1 * size
 
-    def ended(self, url: str) -> None:
+    def flowed(self, url: str, size: int) -> None:
+        """`size` more bytes of a big body came from `url`'s host (--limit-rate): taken as
+        they come, so the bucket pays for a long body while it lasts, not all at its end,
+        and a big body's size is no estimate of the small ones'."""
+        self._bytes(host_of(url)).debit(size)
+
+    def ended(self, url: str, sent: bool = True) -> None:
         """A transfer from `url`'s host ended without a body (failed, or to be retried):
-        while the host's body size is unknown, the next one may start."""
+        while the host's body size is unknown, the next one may start. `sent` False: none
+        of its body came (stopped at its headers: a body over --spool-above, fetched next
+        as a big one), so what its start took is given back."""
         host = host_of(url)
         if self.unestimated.get(host):
             self.unestimated[host] -= 1
+        elif not sent and self.byte_rate > 0 and host in self.mean_size:
+            self._bytes(host).give_back(self.mean_size[host])
 
     def done(self, url: str) -> None:
         """A transfer the gate let start has ended, or was let through and did not start
@@ -264,7 +281,7 @@ class HostGate:
             if waiting is None:
                 continue
             while waiting:
-                delay = self._delay(host)
+                delay = self._delay(host, waiting[0][1])
                 if delay > 0.0:
                     if delay is _FULL:
                         self.full.add(host)

@@ -26,14 +26,16 @@ file is given up.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import itertools
 import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from bulkfetch.sinks.spool import PARTIAL_DIR
+from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool
 
 RECORD = ".json"
 Layout = tuple[tuple[int, int, int], ...]  # (start, end, bytes written from start) a piece
@@ -184,3 +186,37 @@ def describe_partials(dest: Path) -> list[str]:
     if len(found) > 20:
         lines.append(f"  ... and {len(found) - 20:,} more")
     return lines if found else []
+
+
+def open_partial(sink: Any, name: str, plan: Any,
+                 ) -> tuple[FileSpool, PartialRecord | None] | None:
+    """The partial file of `name` in `sink` and its record; the record only when the file
+    can be resumed: its bytes are there, and they are of `plan`'s (parts.SplitPlan) version
+    of the file when a plan is given. A file that cannot be resumed is emptied and its
+    record removed. None for a sink that keeps no partial files, or when another transfer
+    holds the file. Raises SinkFailure."""
+    key = partial_key(name)
+    spool = sink.open_partial(key)
+    if spool is None:
+        return None
+    try:
+        # One transfer per partial file: the same name listed twice, in this worker or
+        # another, goes as a plain stream of its own (the lock goes with the fd).
+        fcntl.flock(spool.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        spool.close()
+        return None
+    record = load(spool.dir_fd, key)
+    if record is not None and (
+            record.name != name
+            or not record.held_by(os.fstat(spool.fd).st_size)
+            or (plan is not None and (record.total, record.validator)
+                != (plan.total, plan.validator))):
+        record = None
+    if record is None:
+        remove(spool.dir_fd, key)
+        # Only a file with bytes in it: ext4 writes back on close a file truncated to
+        # zero and written again (auto_da_alloc), 1.4 s for 1 GiB, stalling the loop.
+        if os.fstat(spool.fd).st_size:
+            os.ftruncate(spool.fd, 0)
+    return spool, record

@@ -26,6 +26,7 @@ from bulkfetch.engine.digests import (
     stated_digests,
     strongest,
 )
+from bulkfetch.engine.multipart import claims
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Spool
 
 # libcurl's read buffer for a spooled transfer: fewer, larger chunks through Python. The
@@ -45,6 +46,7 @@ class SpooledBody:
     other: Any = None  # a hasher for the strongest non-MD5 digest the server states
     stated: dict[str, bytes] = field(default_factory=dict)  # read at the first chunk
     size: int = 0
+    charged: int = 0  # of `size`, taken from --limit-rate's bucket (BigFiles.charge)
     total: int = -1  # the Content-Length, read at the first chunk (-1: none)
     status: int = 0  # the HTTP status, read at the first chunk
     error: SinkFailure | SinkFatal | None = None  # the sink refused a chunk
@@ -52,6 +54,7 @@ class SpooledBody:
     announced: float = -1  # the Content-Length libcurl saw (-1: none)
     started: bool = False
     pinned: Pinned | None = None  # the size and digest the source vouches for, if any
+    part_size: int = 0  # an object uploaded in parts of this size (multipart.py); 0: not
 
     def __post_init__(self) -> None:
         if self.pinned is not None and self.pinned.algorithm not in ("", "md5"):
@@ -91,6 +94,10 @@ class SpooledBody:
         self.stated = stated_digests(headers)
         if self.pinned is not None:
             self.stated = self.pinned.stated(self.stated)
+        if self.part_size and not self.stated:
+            found = claims(headers)
+            if found is not None and found.fits(self.part_size, self.total):
+                self.stated = found.named(self.part_size)
         other = strongest(self.stated)
         if other is not None:
             self.other = new_hasher(other[0])

@@ -15,7 +15,8 @@ headers host, x-amz-checksum-mode, x-amz-content-sha256 (UNSIGNED-PAYLOAD: a GET
 body) and x-amz-date, plus x-amz-security-token for temporary credentials. The Host header
 is sent explicitly with the value signed, so what libcurl would write for it (port or no
 port, case) cannot differ from it. A Range header (a part of a big file) is not signed;
-S3 requires only host and the x-amz-* headers to be.
+S3 requires only host and the x-amz-* headers to be. headers_for() signs another method
+and a query the same way (the `HEAD key?partNumber=1` of engine/multipart.py).
 """
 from __future__ import annotations
 
@@ -49,8 +50,9 @@ class ObjectSigner:
     Every URL has the origin of `base_url` (the source's object URL prefix). Its path is
     signed as sent, as libcurl and botocore sign S3 paths: S3Settings.object_url() has
     encoded the key once, the canonical way, and an endpoint's own path is taken as the
-    user gave it. URLs here never hold a query (object_url() encodes a key's '?'). `clock`
-    returns seconds since the epoch (tests pin it).
+    user gave it. Object URLs hold no query (object_url() encodes a key's '?'); a URL
+    given to headers_for() may, in canonical form. `clock` returns seconds since the epoch
+    (tests pin it).
     """
 
     def __init__(self, credentials: S3Credentials, region: str, base_url: str,
@@ -73,11 +75,12 @@ class ObjectSigner:
         token_line = f"x-amz-security-token:{token}\n" if token else ""
         # The canonical request around the path and the timestamp (% formatting: '{' may
         # be in a token, '%' cannot be in a header value we put here unescaped).
-        self._canonical = ("GET\n%s\n\nhost:" + self.host.replace("%", "%%")
-                           + "\nx-amz-checksum-mode:ENABLED\nx-amz-content-sha256:"
-                           + UNSIGNED_PAYLOAD + "\nx-amz-date:%s\n"
-                           + token_line.replace("%", "%%") + "\n" + self._signed
-                           + "\n" + UNSIGNED_PAYLOAD)
+        self._headers_part = ("host:" + self.host.replace("%", "%%")
+                              + "\nx-amz-checksum-mode:ENABLED\nx-amz-content-sha256:"
+                              + UNSIGNED_PAYLOAD + "\nx-amz-date:%s\n"
+                              + token_line.replace("%", "%%") + "\n" + self._signed
+                              + "\n" + UNSIGNED_PAYLOAD)
+        self._canonical = "GET\n%s\n\n" + self._headers_part
         self._fixed = ["Host: " + self.host, CHECKSUM_MODE,
                        "x-amz-content-sha256: " + UNSIGNED_PAYLOAD]
         if token:
@@ -112,6 +115,19 @@ class ObjectSigner:
         if second != self._second:
             self._tick(second)
         canonical = self._canonical % (url[self._origin_length:], self._timestamp)
+        return self._signed_headers(canonical)
+
+    def headers_for(self, method: str, url: str) -> list[str]:
+        """The headers that sign `method` of `url`, whose query (if any) is already in
+        SigV4's canonical form: names and values encoded, in order ("partNumber=1")."""
+        second = int(self._clock())
+        if second != self._second:
+            self._tick(second)
+        path, _, query = url[self._origin_length:].partition("?")
+        return self._signed_headers(f"{method}\n{path}\n{query}\n"
+                                    + self._headers_part % self._timestamp)
+
+    def _signed_headers(self, canonical: str) -> list[str]:
         digest = hashlib.sha256(canonical.encode()).hexdigest()
         mac = self._mac.copy()
         mac.update((self._prefix + digest).encode())

@@ -207,6 +207,17 @@ class S3Source:
             return None
         return ObjectSigner(credentials, self.settings.region, self._object_base).headers
 
+    def layout_request(self, url: str) -> tuple[str, list[str]]:
+        """The URL and headers of `HEAD url?partNumber=1`, which gives the size of an
+        object's first part and the number of its parts: how an object uploaded in parts
+        is checked whole (engine/multipart.py)."""
+        probe = url + "?partNumber=1"
+        credentials = self.settings.credentials
+        if credentials is None:
+            return probe, [CHECKSUM_MODE]
+        signer = ObjectSigner(credentials, self.settings.region, self._object_base)
+        return probe, signer.headers_for("HEAD", probe)
+
     def _list_options(self) -> list[tuple[int, Any]]:
         """A listing request is signed by libcurl (CURLOPT_AWS_SIGV4): its query has to
         be canonicalised, and a thousand keys share each one."""
