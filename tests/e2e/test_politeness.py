@@ -86,15 +86,17 @@ def test_limit_rate_holds_the_bytes_of_a_host(reference_server, tmp_path: Path) 
     assert busiest <= rate * 1.05 + rate / 10 + 2 * size, busiest
 
 
-@pytest.mark.parametrize("mode", [["--split-above", "1g"], ["--split-above", "4m", "--parts", "2"]],
-                         ids=["streamed", "ranged"])
+@pytest.mark.parametrize("mode", [["--split-above", "1g"], ["--split-above", "4m", "--parts", "2"],
+                                  ["--spool-above", "0"]],
+                         ids=["streamed", "ranged", "all big"])
 def test_limit_rate_holds_big_bodies_too(reference_server, tmp_path: Path,
                                          mode: list[str]) -> None:
     """Bodies over --spool-above, streamed or in ranges. Each body's in-memory attempt,
     stopped at its headers, gave nothing back to the host's estimate, and the run waited
     forever for a body to estimate by (seen: 2 x 64 MiB at 8m, killed after 60 s); and a
     big body was both paced and charged in full at its end (half the rate). Now its bytes
-    are charged as they come."""
+    are charged as they come, after a reserve taken as it starts (without which every big
+    body, with --spool-above 0, started at once: 4x the rate)."""
     files, size, rate = 6, 8 << 20, 8 << 20
     server = reference_server("--files", str(files), "--file-size", "8m")
     report_path = tmp_path / "r.json"
@@ -104,5 +106,5 @@ def test_limit_rate_holds_big_bodies_too(reference_server, tmp_path: Path,
     report = json.loads(report_path.read_text())
     assert report["files_ok"] == files and report["bytes"] == files * size
     overall = report["bytes"] / report["duration_s"]
-    # the bodies that start together before the bucket shows their debt go over it once
-    assert 0.8 * rate <= overall <= 1.5 * rate, overall / rate
+    # (seen: 0.985-1.012 over two runs of each mode)
+    assert 0.8 * rate <= overall <= 1.25 * rate, overall / rate

@@ -156,19 +156,29 @@ def test_a_failed_first_transfer_does_not_hold_the_host() -> None:
 
 
 def test_a_big_body_takes_its_bytes_as_they_come() -> None:
-    """A big body starts with nothing taken and no estimate needed; its bytes are taken as
-    they flow, and it leaves the small bodies' estimate alone."""
+    """A big body starts with a reserve taken (RESERVE_S of the rate) and no estimate
+    needed; its further bytes are taken as they flow, and it leaves the small bodies'
+    estimate alone."""
     clock = Clock()
-    gate = HostGate(byte_rate=1000, clock=clock)
+    gate = HostGate(byte_rate=1000, clock=clock)  # 100 saved up at most; a reserve is 50
     url = "http://h/get/"
+    bucket = lambda: gate.byte_buckets["http://h"].level  # noqa: E731
     assert gate.admit(transfer(url + "small"))  # its size is not known yet ...
     assert gate.admit(transfer(url + "big"), big=True)  # ... which holds no big body
-    gate.flowed(url + "big", 50)  # within the 100 saved up
-    assert gate.admit(transfer(url + "big2"), big=True)
-    gate.flowed(url + "big", 550)  # 500 in debt
-    assert not gate.admit(transfer(url + "big3"), big=True)
-    clock.now += 0.5
+    assert gate.reserved == 50 and bucket() == pytest.approx(50)
+    gate.flowed(url + "big", 40)
+    assert gate.admit(transfer(url + "big2"), big=True)  # 10 left: may start
+    assert bucket() == pytest.approx(-40)
+    assert not gate.admit(transfer(url + "big3"), big=True)  # in debt
+    assert not gate.admit(transfer(url + "big4"), big=True)
+    clock.now += 0.05
+    # the debt paid: one starts, and its reserve holds the next one back
     assert [item[2] for item, _ in gate.release()] == [url + "big3"]
+    assert bucket() == pytest.approx(-40)
+    gate.give_back(url + "big3", 50)  # it came to nothing
+    assert bucket() == pytest.approx(10)
+    gate.give_back(url + "big3", 500)  # no more than the burst is saved
+    assert bucket() == pytest.approx(100)
     assert gate.mean_size == {}  # no big body is an estimate of the small ones
 
 

@@ -10,7 +10,6 @@ uploaded in parts may be asked for its parts' layout first (layouts.py, a HEAD).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections import deque
@@ -20,12 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pycurl
 
 from bulkfetch.engine import resume, spooling
-from bulkfetch.engine.curl import (
-    RETRYABLE_CURL_ERRORS,
-    header_value,
-    retry_after_seconds,
-    retryable_status,
-)
+from bulkfetch.engine.curl import attempt_failure, header_value, retry_after_seconds
 from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.layouts import PartLayouts
 from bulkfetch.engine.multipart import LayoutProbe
@@ -235,6 +229,12 @@ class BigFiles:
              transfer: tuple[Any, ...], url: str | None = None) -> None:
         self.active[handle] = body
         self.fetcher.transfer_of[handle] = transfer
+        gate = self.fetcher.gate
+        if gate is not None and gate.byte_rate > 0:  # (a reserve taken as the gate let it)
+            if isinstance(body, LayoutProbe):
+                gate.give_back(transfer[2], gate.reserved)  # a HEAD: no body comes
+            else:
+                body.charged += gate.reserved
         handle.setopt(_URL, transfer[2] if url is None else url)
         self.fetcher.multi.add_handle(handle)
 
@@ -276,6 +276,8 @@ class BigFiles:
             if came > each.charged:
                 gate.flowed(url, came - each.charged)
                 each.charged = came
+            elif body is not None and came < each.charged:  # ended, its reserve unused
+                gate.give_back(url, each.charged - came)
 
     def _free(self, handle: pycurl.Curl) -> None:
         for buffer in self.fetcher.buffers[handle]:
@@ -327,31 +329,14 @@ class BigFiles:
         ranged.transfer = (state, name, target, ranged.transfer[3])
         self.pending.appendleft((state, name, target, attempt, body))
 
-    def _judge(self, body: spooling.SpooledBody | Part, error: tuple[int, str] | None,
-               ok_status: int) -> tuple[str, bool]:
-        """(reason, retryable) of an attempt that went wrong; ("", True) when it did not."""
-        if body.error is not None:
-            return str(body.error), False
-        if error is not None and not (body.started and body.status != ok_status):
-            # (a wrong status stopped the transfer itself: it is judged by the status)
-            code, message = error
-            return f"{message} (curl error {code})", code in RETRYABLE_CURL_ERRORS
-        if body.status != ok_status:
-            reauthorize = self.fetcher.reauthorize
-            if body.status == 401 and reauthorize is not None:
-                url = body.transfer[2] if isinstance(body, spooling.SpooledBody) \
-                    else body.file.transfer[2]
-                return "HTTP 401", reauthorize(url)
-            return f"HTTP {body.status}", retryable_status(body.status)
-        return "", True
-
     def _stream_completed(self, body: spooling.SpooledBody,
                           error: tuple[int, str] | None) -> None:
         fetcher, transfer = self.fetcher, body.transfer
         if isinstance(body.error, SinkFatal):
             body.spool.discard()
             raise body.error
-        reason, retryable = self._judge(body, error, 200)
+        reason, retryable = attempt_failure(body, error, 200, transfer[2],
+                                            fetcher.reauthorize)
         way = checked_way(body.stated) if fetcher.verify else BY_SIZE
         if not reason:
             reason = body.mismatch(body.announced, fetcher.verify) or ""
@@ -388,7 +373,8 @@ class BigFiles:
             self.restarts += 1
             self.pending.append(ranged.transfer)
             return
-        reason, retryable = self._judge(part, error, 206)
+        reason, retryable = attempt_failure(part, error, 206, ranged.transfer[2],
+                                            self.fetcher.reauthorize)
         if not reason and part.written != part.end - part.start:
             reason = f"range of {part.written} bytes, asked {part.end - part.start}"
         if reason:
@@ -473,23 +459,13 @@ class BigFiles:
         ranged.recorded_at = time.monotonic()
         if durable or resume.BOOT_ID is None:
             durable, ranged.durable_at = True, ranged.recorded_at
-        spool = ranged.spool
+        plan = ranged.plan
 
         def write() -> None:
-            # A record that cannot be written leaves the one before it: a rerun asks for
-            # a little more, and verification decides, as for any file.
-            with contextlib.suppress(OSError):
-                if durable:
-                    os.fsync(spool.fd)
-                    ranged.durable = layout
-                    record = resume.PartialRecord(ranged.name, ranged.plan.total,
-                                                  ranged.plan.validator, layout, stated)
-                else:
-                    nothing = tuple((start, end, 0) for start, end, _ in layout)
-                    record = resume.PartialRecord(
-                        ranged.name, ranged.plan.total, ranged.plan.validator, layout,
-                        stated, resume.BOOT_ID or "", ranged.durable or nothing)
-                resume.save(spool.dir_fd, spool.name, record, durable)
+            record = resume.PartialRecord(ranged.name, plan.total, plan.validator, layout,
+                                          stated)
+            if resume.write_record(ranged.spool, record, durable, ranged.durable):
+                ranged.durable = layout
 
         if now:
             write()

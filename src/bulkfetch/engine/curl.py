@@ -6,6 +6,8 @@ import io
 import os
 import re
 import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import pycurl
@@ -100,6 +102,24 @@ def proxy_configured() -> bool:
 
 def retryable_status(status: int) -> bool:
     return status in (408, 429) or 500 <= status <= 599
+
+
+def attempt_failure(body: Any, error: tuple[int, str] | None, ok_status: int, url: str,
+                    reauthorize: Callable[[str], bool] | None) -> tuple[str, bool]:
+    """(reason, retryable) of a big body's attempt that went wrong (a spooling.SpooledBody
+    or parts.Part: its error, started, status); ("", True) when it did not. A 401 is worth
+    another attempt when `reauthorize(url)` says so (a registry's token, renewed)."""
+    if body.error is not None:
+        return str(body.error), False
+    if error is not None and not (body.started and body.status != ok_status):
+        # (a wrong status stopped the transfer itself: it is judged by the status)
+        code, message = error
+        return f"{message} (curl error {code})", code in RETRYABLE_CURL_ERRORS
+    if body.status != ok_status:
+        if body.status == 401 and reauthorize is not None:
+            return "HTTP 401", reauthorize(url)
+        return f"HTTP {body.status}", retryable_status(body.status)
+    return "", True
 
 
 def configure_tls(handle: pycurl.Curl, tls: TlsOptions) -> None:

@@ -28,6 +28,7 @@ from bulkfetch.engine.host_windows import HostWindows
 
 __all__ = ["HostGate", "TokenBucket", "count_by_host", "host_label", "host_of"]
 
+RESERVE_S = 0.05  # of --limit-rate, taken as a big body starts (HostGate._delay)
 _FULL = math.inf  # _delay(): the host has its limit in flight; one of them ending wakes it
 
 
@@ -179,8 +180,8 @@ class HostGate:
 
     def _delay(self, host: str, big: bool = False) -> float:
         """Seconds until `host` may be asked; 0.0 and one request counted when now. A big
-        body's transfer takes nothing from the byte bucket as it starts: its bytes are
-        taken as they come (flowed())."""
+        body's transfer takes a reserve from the byte bucket as it starts, and its bytes
+        beyond that as they come (flowed())."""
         until = self.paused_until.get(host)
         if until is not None:
             left = until - self.clock()
@@ -206,7 +207,11 @@ class HostGate:
             wait = bucket.take()
             if wait > 0.0:
                 return wait
-        if self.byte_rate > 0 and not big:
+        if self.byte_rate > 0 and big:
+            # RESERVE_S of the rate for its first bytes: they take a while to show in
+            # flowed(), and every big body free to start would start at once meanwhile
+            self._bytes(host).debit(self.reserved)
+        elif self.byte_rate > 0:
             mean = self.mean_size.get(host)
             if mean is None:
                 self.unestimated[host] = self.unestimated.get(host, 0) + 1
@@ -234,6 +239,15 @@ class HostGate:
             else:  # its start took the mean then, which moves slowly
                 self._bytes(host).debit(size - (mean or 0.0))
             self.mean_size[host] = size if mean is None else 0.9 * mean + 0.1 * size
+
+    @property
+    def reserved(self) -> float:
+        """What a big body's start takes from the byte bucket (see _delay)."""
+        return self.byte_rate * RESERVE_S
+
+    def give_back(self, url: str, size: float) -> None:
+        """`size` bytes reserved for a big body did not come."""
+        self._bytes(host_of(url)).give_back(size)
 
     def flowed(self, url: str, size: int) -> None:
         """`size` more bytes of a big body came from `url`'s host (--limit-rate): taken as

@@ -138,6 +138,25 @@ def save(dir_fd: int, key: str, record: PartialRecord, durable: bool) -> None:
     os.rename(temporary, key + RECORD, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
+def write_record(spool: FileSpool, record: PartialRecord, durable: bool,
+                 last_durable: Layout | None) -> bool:
+    """Write `record` (its layout: the bytes written) beside `spool`: `durable`, after an
+    fsync of the data, else as good on this boot only, beside `last_durable` (the layout
+    the last durable record held; none: nothing durable yet). True when a durable record
+    was written. A record that cannot be written leaves the one before it: a rerun asks
+    for a little more, and verification decides, as for any file."""
+    try:
+        if durable:
+            os.fsync(spool.fd)
+        else:
+            nothing = tuple((start, end, 0) for start, end, _ in record.parts)
+            record = replace(record, boot=BOOT_ID or "", durable=last_durable or nothing)
+        save(spool.dir_fd, spool.name, record, durable)
+    except OSError:
+        return False
+    return durable
+
+
 def load(dir_fd: int, key: str) -> PartialRecord | None:
     try:
         fd = os.open(key + RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)

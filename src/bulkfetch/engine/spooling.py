@@ -46,7 +46,7 @@ class SpooledBody:
     other: Any = None  # a hasher for the strongest non-MD5 digest the server states
     stated: dict[str, bytes] = field(default_factory=dict)  # read at the first chunk
     size: int = 0
-    charged: int = 0  # of `size`, taken from --limit-rate's bucket (BigFiles.charge)
+    charged: float = 0  # of `size`, taken from --limit-rate's bucket (BigFiles.charge)
     total: int = -1  # the Content-Length, read at the first chunk (-1: none)
     status: int = 0  # the HTTP status, read at the first chunk
     error: SinkFailure | SinkFatal | None = None  # the sink refused a chunk
