@@ -108,3 +108,19 @@ def test_limit_rate_holds_big_bodies_too(reference_server, tmp_path: Path,
     overall = report["bytes"] / report["duration_s"]
     # (seen: 0.985-1.012 over two runs of each mode)
     assert 0.8 * rate <= overall <= 1.25 * rate, overall / rate
+
+
+def test_limit_rate_holds_one_file_in_ranges(reference_server, tmp_path: Path) -> None:
+    """One file in 4 ranges: libcurl caps each connection at the whole rate, and the
+    bucket only stops new ones starting, so 4 at once went at 3x the rate (64 MiB in 4
+    parts at 16m: 3x). The pieces of a host in debt are held (paused) until it paid."""
+    size, rate = 24 << 20, 8 << 20
+    server = reference_server("--files", "1", "--file-size", "24m")
+    report_path = tmp_path / "r.json"
+    proc = bulkfetch(server.url, str(tmp_path / "d"), "--limit-rate", "8m", "-w", "1",
+                     "--split-above", "4m", "--parts", "4", "--report", str(report_path))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(report_path.read_text())
+    assert report["files_ok"] == 1 and report["bytes"] == size
+    overall = report["bytes"] / report["duration_s"]
+    assert 0.8 * rate <= overall <= 1.25 * rate, overall / rate

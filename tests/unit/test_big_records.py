@@ -26,7 +26,7 @@ def big_files(dest: Path) -> BigFiles:
     limits = SimpleNamespace(spool_above=1 << 20, split_above=1 << 20, parts=2,
                              concurrency=4, workers=1)
     fetcher = SimpleNamespace(options=SimpleNamespace(limits=limits, dest=str(dest)),
-                              verify=True, layout_request=None)
+                              verify=True, layout_request=None, gate=None)
     return BigFiles(fetcher)  # type: ignore[arg-type]
 
 

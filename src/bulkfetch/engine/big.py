@@ -23,6 +23,7 @@ from bulkfetch.engine.curl import attempt_failure, header_value, retry_after_sec
 from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.layouts import PartLayouts
 from bulkfetch.engine.multipart import LayoutProbe
+from bulkfetch.engine.pacing import BigPacing
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.engine.redirects import REDIRECT_STATUSES
 from bulkfetch.models import InFlight
@@ -84,6 +85,9 @@ class BigFiles:
         self.hash_in_line = (len(usable) if usable else os.cpu_count() or 1) <= limits.workers
         self.restarts = 0  # ranged files started over as one stream
         self.layouts = PartLayouts(fetcher.layout_request if fetcher.verify else None)
+        gate = fetcher.gate
+        # --limit-rate (engine/pacing.py); a gate made later (a Retry-After) has no rate
+        self.pacing = BigPacing(gate) if gate is not None and gate.byte_rate > 0 else None
         self.size_only = 0  # ranged files no whole-file digest vouched for
 
     # -- starting ------------------------------------------------------------------------
@@ -229,12 +233,8 @@ class BigFiles:
              transfer: tuple[Any, ...], url: str | None = None) -> None:
         self.active[handle] = body
         self.fetcher.transfer_of[handle] = transfer
-        gate = self.fetcher.gate
-        if gate is not None and gate.byte_rate > 0:  # (a reserve taken as the gate let it)
-            if isinstance(body, LayoutProbe):
-                gate.give_back(transfer[2], gate.reserved)  # a HEAD: no body comes
-            else:
-                body.charged += gate.reserved
+        if self.pacing is not None:
+            self.pacing.started(body, transfer[2])
         handle.setopt(_URL, transfer[2] if url is None else url)
         self.fetcher.multi.add_handle(handle)
 
@@ -243,10 +243,10 @@ class BigFiles:
         attempt said (status, Retry-After, Content-Length) on the body. Its header lines
         stay until _free(): the body's checks read them."""
         fetcher = self.fetcher
-        fetcher.multi.remove_handle(handle)
         body = self.active.pop(handle)
-        if fetcher.gate is not None and fetcher.gate.byte_rate > 0:
-            self.charge(fetcher.gate, body)
+        if self.pacing is not None:
+            self.pacing.ended(handle, body)
+        fetcher.multi.remove_handle(handle)
         chunks, lines = fetcher.buffers[handle]
         status = (body.status if body.started else 0) or handle.getinfo(pycurl.RESPONSE_CODE)
         body.status = status
@@ -262,22 +262,6 @@ class BigFiles:
             else:
                 handle.unsetopt(pycurl.HTTPHEADER)
         return body
-
-    def charge(self, gate: Any, body: Any = None) -> None:
-        """--limit-rate: the bytes that came since the last charge, of `body` or of every
-        big body in flight, taken from their host's byte bucket (HostGate.flowed)."""
-        for each in (self.active.values() if body is None else (body,)):
-            if isinstance(each, spooling.SpooledBody):
-                came, url = each.size, each.transfer[2]
-            elif isinstance(each, Part):
-                came, url = each.written, each.file.transfer[2]
-            else:
-                continue
-            if came > each.charged:
-                gate.flowed(url, came - each.charged)
-                each.charged = came
-            elif body is not None and came < each.charged:  # ended, its reserve unused
-                gate.give_back(url, each.charged - came)
 
     def _free(self, handle: pycurl.Curl) -> None:
         for buffer in self.fetcher.buffers[handle]:

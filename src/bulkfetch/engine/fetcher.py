@@ -444,8 +444,8 @@ class Fetcher(RequestHeaders):
             time.sleep(min(timeout, self._next_due()))
         if self.big.ranged:
             self.big.poll()
-        if self.spooling and gate is not None and gate.byte_rate > 0:
-            self.big.charge(gate)
+        if self.spooling and self.big.pacing is not None:
+            self.big.pacing.turn(self.spooling)
         if controller is not None:
             now = time.monotonic()
             if controller.due(now):

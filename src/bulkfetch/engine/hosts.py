@@ -245,6 +245,10 @@ class HostGate:
         """What a big body's start takes from the byte bucket (see _delay)."""
         return self.byte_rate * RESERVE_S
 
+    def owed(self, url: str) -> float:
+        """Seconds until `url`'s host's byte bucket is out of debt (0.0: it is not)."""
+        return self._bytes(host_of(url)).wait()
+
     def give_back(self, url: str, size: float) -> None:
         """`size` bytes reserved for a big body did not come."""
         self._bytes(host_of(url)).give_back(size)
