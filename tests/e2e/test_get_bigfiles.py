@@ -83,6 +83,18 @@ def test_every_body_streams_with_spool_above_0_even_into_null(faulty: ReferenceS
                                   for i in range(FILES))
 
 
+def test_empty_bodies_streamed_are_counted_by_the_md5_they_were_checked_by(
+        tmp_path: Path) -> None:
+    """An empty body streamed (--spool-above 0) reads its headers only when it is judged;
+    how it was checked is taken after that (deb1516 took it before: "3 by size only")."""
+    with ReferenceServer("--files", "3", "--file-size", "0") as server:
+        proc, report = get(server.url, tmp_path / "d", tmp_path / "r.json", "--spool-above",
+                           "0", "-w", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert_complete(tmp_path / "d", expected(3, "0"))
+    assert report["checked"] == {"md5": 3, "digest": 0, "size_only": 0}
+
+
 def test_memory_does_not_grow_with_the_size_of_the_bodies(tmp_path: Path) -> None:
     """Two bodies of 96 MiB with one worker: held in memory they would need 192 MiB or more
     (each collected, then joined); streamed, the client stays near its usual size."""

@@ -321,15 +321,17 @@ class BigFiles:
             raise body.error
         reason, retryable = attempt_failure(body, error, 200, transfer[2],
                                             fetcher.reauthorize)
-        way = checked_way(body.stated) if fetcher.verify else BY_SIZE
+        cut_otherwise = False
         if not reason:
             reason = body.mismatch(body.announced, fetcher.verify) or ""
             if reason and self.layouts.cut_otherwise(transfer[1], body.stated, body.other):
-                reason, way = "", BY_SIZE
+                reason, cut_otherwise = "", True
         if reason:
             body.spool.discard()
             fetcher._retry_or_fail(transfer, reason, retryable, body.retry_after, big=True)
             return
+        # (after mismatch(): an empty body read its headers there)
+        way = checked_way(body.stated) if fetcher.verify and not cut_otherwise else BY_SIZE
         self._store(transfer, body.spool, body.size, body.md5.hexdigest(), way)
 
     def _store(self, transfer: tuple[Any, ...], spool: Any, size: int, md5: str,
