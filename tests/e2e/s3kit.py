@@ -480,7 +480,6 @@ class CorruptingRelay:
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._threads: list[threading.Thread] = []
 
     def __enter__(self) -> CorruptingRelay:
         thread = threading.Thread(target=self._accept, daemon=True)

@@ -74,7 +74,6 @@ class PartLayouts:
         return False
 
     def forget(self, name: str) -> None:
-        """`name` is stored."""
-        if self.sizes:
-            self.sizes.pop(name, None)
-            self.seen.pop(name, None)
+        """`name` is stored (a resumed file's failed digest is in `seen` with no size)."""
+        self.sizes.pop(name, None)
+        self.seen.pop(name, None)

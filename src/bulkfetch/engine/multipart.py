@@ -34,21 +34,22 @@ class PartClaims:
     count: int
     digests: dict[str, bytes]
 
-    def fits(self, part_size: int, total: int) -> bool:
-        """Whether parts of `part_size` cut `total` bytes into this many parts."""
-        return part_size > 0 and (self.count - 1) * part_size < total <= self.count * part_size
-
     def named(self, part_size: int) -> dict[str, bytes]:
         """The claims as stated digests for parts of `part_size` bytes (new_hasher reads
         the names)."""
         return {f"{algorithm}{PARTS}{part_size}": raw for algorithm, raw in self.digests.items()}
 
 
+def fits(part_size: int, total: int, count: int) -> bool:
+    """Whether parts of `part_size` cut `total` bytes into `count` parts."""
+    return part_size > 0 and (count - 1) * part_size < total <= count * part_size
+
+
 def claims(headers: dict[str, str]) -> PartClaims | None:
     """The part claims of a response's final headers (digests.final_headers), or None when
-    it states no upload in two or more parts."""
+    it states no upload in two or more parts (a weak ETag, W/"...", never matches)."""
     found = _MULTIPART_ETAG.match(headers.get("etag", ""))
-    if found is None or headers.get("etag", "").startswith("W/"):
+    if found is None:
         return None
     count = int(found[2])
     if not 2 <= count <= PARTS_MAX:
@@ -72,7 +73,7 @@ def part_size(headers: dict[str, str], total: int, count: int) -> int | None:
     if not (length.isdigit() and parts.isdigit()) or int(parts) != count:
         return None
     size = int(length)
-    return size if PartClaims(count, {}).fits(size, total) else None
+    return size if fits(size, total, count) else None
 
 
 def parse_name(name: str) -> tuple[str, int] | None:

@@ -234,7 +234,7 @@ class Part:
     end: int  # exclusive
     lines: list[bytes] = field(default_factory=list)  # the handle's header lines
     written: int = 0  # bytes from `start` on, kept across attempts
-    charged: float = 0  # of them, taken from --limit-rate's bucket (BigFiles.charge)
+    charged: float = 0  # of them, taken from --limit-rate's bucket (pacing.BigPacing)
     begin: int = 0  # where this attempt's range begins: start + written at its start
     status: int = 0
     problem: str = ""  # the answer cannot be trusted: the file restarts as one stream

@@ -26,7 +26,7 @@ from bulkfetch.engine.digests import (
     stated_digests,
     strongest,
 )
-from bulkfetch.engine.multipart import claims
+from bulkfetch.engine.multipart import claims, fits
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Spool
 
 # libcurl's read buffer for a spooled transfer: fewer, larger chunks through Python. The
@@ -46,7 +46,7 @@ class SpooledBody:
     other: Any = None  # a hasher for the strongest non-MD5 digest the server states
     stated: dict[str, bytes] = field(default_factory=dict)  # read at the first chunk
     size: int = 0
-    charged: float = 0  # of `size`, taken from --limit-rate's bucket (BigFiles.charge)
+    charged: float = 0  # of `size`, taken from --limit-rate's bucket (pacing.BigPacing)
     total: int = -1  # the Content-Length, read at the first chunk (-1: none)
     status: int = 0  # the HTTP status, read at the first chunk
     error: SinkFailure | SinkFatal | None = None  # the sink refused a chunk
@@ -96,7 +96,7 @@ class SpooledBody:
             self.stated = self.pinned.stated(self.stated)
         if self.part_size and not self.stated:
             found = claims(headers)
-            if found is not None and found.fits(self.part_size, self.total):
+            if found is not None and fits(self.part_size, self.total, found.count):
                 self.stated = found.named(self.part_size)
         other = strongest(self.stated)
         if other is not None:
