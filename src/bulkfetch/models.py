@@ -112,6 +112,8 @@ class Tick:
     # ... and under --concurrency auto, each of those hosts' limit in this worker
     host_limits: tuple[tuple[str, int], ...] = ()
     not_modified: int = 0  # conditional requests answered 304 (get --sync, a Client cache)
+    # bytes of the stored files that partial files a killed run left already held
+    continued_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,9 @@ class Report:
     usage_error: bool = False  # `error` is the user's to fix (bad credentials): exit 2
     resumed_files: int = 0
     resumed_bytes: int = 0
+    # Of this run's files, bytes the partial files a killed run left already held (a big
+    # file resumed byte by byte): in `bytes`, not in the rate, like resumed_bytes
+    continued_bytes: int = 0
     # Transfers in flight allowed at the end and at most, summed over the workers: what
     # --concurrency auto found (a fixed --concurrency: that times the workers)
     concurrency_final: int = 0
@@ -193,7 +198,7 @@ class Report:
 
     @property
     def bytes_per_s(self) -> float:
-        done_now = self.bytes - self.resumed_bytes
+        done_now = self.bytes - self.resumed_bytes - self.continued_bytes
         return done_now / self.duration_s if self.duration_s > 0 else 0.0
 
     @property

@@ -146,11 +146,16 @@ def summary_table(report: Report) -> Table:
             f"{report.unchanged:,} unchanged (not fetched again) · {report.deleted:,} "
             + ("removed as no longer listed" if sync.get("delete")  # type: ignore[union-attr]
                else "removed (no --delete)")))
-    table.add_row("bytes", Text(f"{decimal(report.bytes)} ({report.bytes:,} bytes)"))
+    stored = Text(f"{decimal(report.bytes)} ({report.bytes:,} bytes)")
+    if report.continued_bytes:
+        stored.append(f" ({decimal(report.continued_bytes)} of it already in partial files "
+                      "a stopped run left)", style="cyan")
+    table.add_row("bytes", stored)
     table.add_row("duration", Text(_duration(report.duration_s)))
     table.add_row("rate", Text(f"{report.files_per_s:,.0f} files/s · "
                                f"{decimal(int(report.bytes_per_s))}/s"
-                               + (" (this run)" if report.resumed_files else "")))
+                               + (" (this run)" if report.resumed_files
+                                  or report.continued_bytes else "")))
     table.add_row("pages", Text(f"{report.pages:,} · listing "
                                 + ("complete" if report.listing_complete else "incomplete")))
     table.add_row("retries", Text(f"{report.retries:,}"))
@@ -272,6 +277,7 @@ def report_dict(report: Report) -> dict[str, object]:
         "files_failed": report.files_failed,
         "resumed_files": report.resumed_files,
         "resumed_bytes": report.resumed_bytes,
+        "continued_bytes": report.continued_bytes,
         "bytes": report.bytes,
         "retries": report.retries,
         "ranged_restarts": report.ranged_restarts,

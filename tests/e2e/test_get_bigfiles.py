@@ -296,6 +296,10 @@ def test_kill_9_at_half_then_the_rerun_fetches_only_the_missing_bytes(tmp_path: 
     assert statuses and set(statuses) == {206}, statuses
     assert asked <= RESUMED_TOTAL - kept and asked <= RESUMED_TOTAL * 0.55, (asked, kept)
     assert report["ranged_restarts"] == 0
+    # what the partial file held is said, and left out of the rate
+    assert report["continued_bytes"] >= kept, (report["continued_bytes"], kept)
+    assert report["continued_bytes"] + asked == RESUMED_TOTAL
+    assert report["bytes_per_s"] * report["duration_s"] == pytest.approx(asked, rel=0.01)
     assert_complete(dest, expected(1, RESUMED))
     assert os.listdir(dest / ".bulkfetch" / "partial") == []
 
@@ -312,6 +316,7 @@ def test_a_file_changed_between_runs_starts_over_and_ends_as_the_new_file(
                            "--split-above", "16m", "--parts", "2")
     assert proc.returncode == 0, proc.stderr
     assert report["ranged_restarts"] == 1
+    assert report["continued_bytes"] == 0  # nothing of the old partial file was kept
     data = SyntheticDataSet(1, 1000, 0, parse_size_spec(RESUMED), salt="rewritten")
     assert_complete(dest, {data.name(0): hashlib.md5(data.body(0)).hexdigest()})
     assert os.listdir(dest / ".bulkfetch" / "partial") == []

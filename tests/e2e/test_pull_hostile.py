@@ -106,8 +106,9 @@ def test_a_layer_digest_that_is_no_digest_is_refused_before_it_becomes_a_path(
 
 
 @pytest.mark.parametrize(("served", "words"), [
-    (LAYER_BODY + b"more", "the 300,000 bytes the manifest gives"),
-    (LAYER_BODY[:-4], "body of 299996 bytes, the manifest gives 300000"),
+    # refused at the response's headers, before a byte of the body is taken
+    (LAYER_BODY + b"more", "Content-Length 300004, the manifest gives 300000"),
+    (LAYER_BODY[:-4], "Content-Length 299996, the manifest gives 300000"),
 ])
 def test_a_blob_of_another_size_is_refused(tmp_path: Path, registry: HostileRegistry,
                                            served: bytes, words: str) -> None:

@@ -146,6 +146,29 @@ def test_big_objects_in_signed_ranges_with_a_session_token(reference_server,
     assert sum(r.status == 206 for r in objects) >= 4 * 3  # the parts of the big ones
 
 
+def test_objects_listed_above_spool_above_are_asked_for_once(reference_server,
+                                                             tmp_path: Path) -> None:
+    """The listing gives each object's size: one above --spool-above streams to disk from
+    its first request, not an in-memory attempt stopped at its headers and asked for again
+    (a second GET and a new connection per object). Every request is an object's first
+    attempt or one of the report's retries (corrupted bodies, caught by the listed MD5)."""
+    files, size, seed = 40, "uniform:100k:900k", "3"
+    server = reference_server("--s3", "--files", str(files), "--file-size", size,
+                              "--corrupt-rate", "0.1", "--seed", seed, access_log=True)
+    dest, report = tmp_path / "dest", tmp_path / "r.json"
+    proc = get(server, dest, "--spool-above", "64k", "--report", str(report))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(report.read_text())
+    assert result["checked"] == {"md5": files, "digest": 0, "size_only": 0}
+    assert result["retries"] > 0
+    gets = [r for r in server.requests() if "?" not in r.target and r.method == "GET"]
+    assert len(gets) == files + result["retries"]
+    data = SyntheticDataSet(files, 1000, int(seed), parse_size_spec(size))
+    assert all(data.size(i) > 64 << 10 for i in range(files))
+    assert_complete(dest, {data.name(i): hashlib.md5(data.body(i)).hexdigest()
+                           for i in range(files)})
+
+
 def test_faults_answered_in_s3_words(reference_server, tmp_path: Path) -> None:
     """503 SlowDown and 500 are retried, a corrupted body is caught by its MD5 and fetched
     again, a denied key (403 AccessDenied, 404 NoSuchKey...) fails alone, named."""
@@ -189,7 +212,8 @@ def test_objects_unlike_their_listing_fail_as_changed_at_their_first_answer(
     result = json.loads(report.read_text())
     failed = {failure["name"]: failure["reason"] for failure in result["failures"]}
     assert set(failed) == set(stale)
-    assert all(reason.startswith("changed since it was listed") for reason in failed.values())
+    assert all(reason.startswith("changed since it was listed")
+               for reason in failed.values()), failed
     assert result["retries"] == 0
     assert result["checked"] == {"md5": files - len(stale), "digest": 0, "size_only": 0}
     assert_complete_except(dest, {data.name(i): hashlib.md5(data.body(i)).hexdigest()

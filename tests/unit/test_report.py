@@ -254,3 +254,15 @@ def test_summary_table_figures() -> None:
     for figure in ("1,234,567 downloaded", "3 failed", "118.0 MB", "01:02:05", "331 files/s",
                    "31.7 kB/s", "1,235 · listing complete", "incomplete (exit status 1)"):
         assert figure in out, figure
+
+
+def test_bytes_partial_files_already_held_are_said_and_left_out_of_the_rate() -> None:
+    report = Report(source="http://h/", dest="/d", files_ok=2, bytes=300_000_000,
+                    continued_bytes=100_000_000, duration_s=10.0, listing_complete=True)
+    assert report.bytes_per_s == 20_000_000
+    console = Console(file=StringIO(), width=160)
+    console.print(summary_table(report))
+    out = " ".join(console.file.getvalue().split())  # type: ignore[attr-defined]
+    assert "300.0 MB (300,000,000 bytes) (100.0 MB of it already in partial files" in out
+    assert "20.0 MB/s (this run)" in out
+    assert report_dict(report)["continued_bytes"] == 100_000_000

@@ -76,11 +76,12 @@ class FreshFilesystems:
         return None
 
     @contextlib.contextmanager
-    def row(self, where: Path, files: int) -> Iterator[None]:
+    def row(self, where: Path, files: int, file_bytes: int = 0) -> Iterator[None]:
         """A new filesystem mounted at `where` while the block runs, for a row that writes
-        at most `files` small files into a directory under it; all of it removed after."""
+        at most `files` files (small ones, or of `file_bytes` each) into a directory under
+        it; all of it removed after."""
         if self.reason is None:
-            with self._fresh(where, files):
+            with self._fresh(where, files, file_bytes):
                 yield
             return
         where.mkdir(parents=True, exist_ok=True)
@@ -90,11 +91,12 @@ class FreshFilesystems:
             settle(where)
 
     @contextlib.contextmanager
-    def _fresh(self, where: Path, files: int) -> Iterator[None]:
+    def _fresh(self, where: Path, files: int, file_bytes: int = 0) -> Iterator[None]:
         assert self.mkfs and self.mount and self.umount
         image = where.with_name(where.name + ".img")
+        per_file = _FILE_BYTES + file_bytes * 9 // 8  # (sparse: room costs nothing)
         with open(image, "wb") as handle:
-            handle.truncate(files * _FILE_BYTES + _SPARE_BYTES)
+            handle.truncate(files * per_file + _SPARE_BYTES)
         mounted = False
         try:
             # Inode tables written now, not by a kernel thread while the row runs.

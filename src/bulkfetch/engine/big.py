@@ -1,11 +1,13 @@
 """The fetcher's big bodies: streamed to a spool as one transfer, or split into ranges.
 
-A transfer lands here when libcurl stopped its in-memory attempt at --spool-above (or at
-once with --spool-above 0). Its first response decides (parts.split_plan): one stream
-into a spool (spooling.SpooledBody), or pieces over --parts connections written by offset
-into one spool (parts.RangedFile). Big transfers hold at most half the handles, so small
-files keep moving beside them; a piece is one transfer like any other. An S3 object
-uploaded in parts may be asked for its parts' layout first (layouts.py, a HEAD).
+A transfer lands here when libcurl stopped its in-memory attempt at --spool-above, or at
+once: with --spool-above 0, and when its source gave a size (an S3 listing, a registry's
+descriptor) above --spool-above and under --split-above (sized_streams). Its first
+response decides (parts.split_plan): one stream into a spool (spooling.SpooledBody), or
+pieces over --parts connections written by offset into one spool (parts.RangedFile). Big
+transfers hold at most half the handles, so small files keep moving beside them; a piece is
+one transfer like any other. An S3 object uploaded in parts may be asked for its parts'
+layout first (layouts.py, a HEAD).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +29,7 @@ from bulkfetch.engine.multipart import LayoutProbe
 from bulkfetch.engine.pacing import BigPacing
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.engine.redirects import REDIRECT_STATUSES
-from bulkfetch.models import InFlight
+from bulkfetch.models import InFlight, Page
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
 
 if TYPE_CHECKING:
@@ -61,6 +64,11 @@ class BigFiles:
         # (state, name, url, attempt) of a stream, (..., part) of a range
         self.pending: deque[tuple[Any, ...]] = deque()
         self.active: dict[pycurl.Curl, spooling.SpooledBody | Part] = {}
+        # Streams started at once (sized_streams), not first in memory to be stopped at
+        # their headers: that costs a second request per file and, with the rest of its
+        # body unread, its connection. Counted by the fetcher's wants_pages like its own
+        # pending, so a worker takes no more pages than it can start.
+        self.sized: deque[tuple[Any, ...]] = deque()
         self.slots = max(1, limits.concurrency // 2)
         self.ranged: set[RangedFile] = set()  # files in parts, not yet stored or dropped
         self.hasher: ThreadPoolExecutor | None = None  # hashes ranged files in file order
@@ -89,6 +97,7 @@ class BigFiles:
         # --limit-rate (engine/pacing.py); a gate made later (a Retry-After) has no rate
         self.pacing = BigPacing(gate) if gate is not None and gate.byte_rate > 0 else None
         self.size_only = 0  # ranged files no whole-file digest vouched for
+        self.continued = 0  # bytes of stored files that a killed run's partial files held
 
     # -- starting ------------------------------------------------------------------------
     def too_big(self, transfer: tuple[Any, ...], lines: list[bytes]) -> None:
@@ -131,6 +140,28 @@ class BigFiles:
         else:
             self._begin(RangedFile(transfer, spool, plan, self.parts))
 
+    def sized_streams(self, state: Any, page: Page) -> Callable[[tuple[Any, ...]], bool] | None:
+        """Whether a transfer of `page` starts as a stream at once (self.sized), or None
+        when none of them does. Only when its source vouches for a size above --spool-above
+        and under --split-above (a bigger one is asked for whole first: its headers decide
+        about ranges), and the body's check needs nothing of the headers an in-memory
+        attempt would bring: a vouched digest, or no layout to ask (S3 parts, layouts.py).
+        A conditional page's requests stay as they are."""
+        low = self.spool_above
+        fetcher = self.fetcher
+        if not low or page.headers is not None:
+            return None
+        if fetcher.pinned is None and not (page.sizes and max(page.sizes) > low):
+            return None
+        high, pin_of = self.split_above, fetcher.pin_of
+        asks_layout = self.layouts.request is not None
+
+        def sized(transfer: tuple[Any, ...]) -> bool:
+            pinned = pin_of(transfer)
+            return (pinned is not None and low < pinned.size < high
+                    and (bool(pinned.algorithm) or not asks_layout))
+        return sized
+
     def resume(self, transfer: tuple[Any, ...]) -> bool:
         """Start `transfer` from the partial file a killed run left, asking only for the
         missing bytes, if its record is there (else False: fetch it as usual)."""
@@ -162,14 +193,15 @@ class BigFiles:
         ranged.recorded_at = ranged.durable_at = time.monotonic()
         if record is not None:
             ranged.durable = record.parts if record.durable is None else record.durable
+            ranged.carried = ranged.written
         self.ranged.add(ranged)
         self.pending.extend((*ranged.transfer, part) for part in ranged.hand_out())
 
     def start_some(self) -> None:
-        free, pending, active = self.fetcher.free, self.pending, self.active
+        free, pending, sized, active = self.fetcher.free, self.pending, self.sized, self.active
         gate = self.fetcher.gate
-        while free and pending and len(active) < self.slots:
-            transfer = pending.popleft()
+        while free and (pending or sized) and len(active) < self.slots:
+            transfer = pending.popleft() if pending else sized.popleft()
             if gate is not None and not gate.admit(transfer, big=True):
                 continue
             if len(transfer) == 5:
@@ -335,16 +367,18 @@ class BigFiles:
         self._store(transfer, body.spool, body.size, body.md5.hexdigest(), way)
 
     def _store(self, transfer: tuple[Any, ...], spool: Any, size: int, md5: str,
-               way: int) -> None:
+               way: int) -> bool:
+        """Hand `spool` to the sink; False when the sink refused it (the file failed)."""
         state, name = transfer[0], transfer[1]
         self.layouts.forget(name)
         try:
             self.fetcher.sink.store_spool(state.page.seq, name, spool, size, md5)
         except SinkFailure as exc:
             self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2])
-            return
+            return False
         self.fetcher.checked[way] += 1
         self.fetcher._stored(state, size)
+        return True
 
     def _part_completed(self, transfer: tuple[Any, ...], part: Part,
                         error: tuple[int, str] | None) -> None:
@@ -430,8 +464,9 @@ class BigFiles:
             if not ranged.plan.stated:
                 self.size_only += 1
             resume.remove(ranged.spool.dir_fd, ranged.spool.name)
-            self._store(ranged.transfer, ranged.spool, ranged.plan.total,
-                        ranged.md5.hexdigest(), way)
+            if self._store(ranged.transfer, ranged.spool, ranged.plan.total,
+                           ranged.md5.hexdigest(), way):
+                self.continued += ranged.carried
 
     def _checkpoint(self, ranged: RangedFile, durable: bool, now: bool = False) -> None:
         """Record the bytes written so far, unless `now` on the hashing thread (behind its
@@ -557,6 +592,7 @@ class BigFiles:
             self._checkpoint(ranged, durable=True, now=True)
             ranged.spool.close()
         self.pending.clear()
+        self.sized.clear()
 
     def close(self) -> None:
         if self.hasher is not None:

@@ -245,7 +245,7 @@ class Fetcher(RequestHeaders):
     @property
     def wants_pages(self) -> bool:
         parked = self.gate.count if self.gate is not None else 0
-        return len(self.pending) + parked < self.window
+        return len(self.pending) + len(self.big.sized) + parked < self.window
 
     @property
     def idle(self) -> bool:
@@ -295,9 +295,14 @@ class Fetcher(RequestHeaders):
         partials, resume = self.big.partials, self.big.resume
         if self.controller is not None and self.windows is None:
             self._look_for_hosts(ready)
+        sized = self.big.sized_streams(state, page)
         for name, url in ready:
             transfer = (state, name, url, 1)
-            if not (partials and name in partials and resume(transfer)):
+            if partials and name in partials and resume(transfer):
+                continue
+            if sized is not None and sized(transfer):
+                self.big.sized.append(transfer)
+            else:
                 queue.append(transfer)
         if state.remaining == 0 and state in self.live:
             self._page_finished(state)
@@ -340,13 +345,18 @@ class Fetcher(RequestHeaders):
         state = self._begin(page, page.names)
         # --spool-above 0: every body streams (libcurl reads MAXFILESIZE 0 as no limit).
         queue = self.pending if self.spool_above else self.big.pending
-        if not self.big.partials:
+        sized = self.big.sized_streams(state, page)
+        if not self.big.partials and sized is None:
             queue.extend(zip(repeat(state), page.names, urls, repeat(1)))
-        else:  # partial files a killed run left
+        else:  # partial files a killed run left, or bodies the listing sized as big
             partials, resume = self.big.partials, self.big.resume
             for name, url in zip(page.names, urls, strict=True):
                 transfer = (state, name, url, 1)
-                if not (name in partials and resume(transfer)):
+                if partials and name in partials and resume(transfer):
+                    continue
+                if sized is not None and sized(transfer):
+                    self.big.sized.append(transfer)
+                else:
                     queue.append(transfer)
         if not page.names:
             self._page_finished(state)
@@ -374,7 +384,7 @@ class Fetcher(RequestHeaders):
         if gate is not None and gate.count:
             for transfer, big in reversed(gate.release()):  # ahead of the later ones
                 (self.big.pending if big else pending).appendleft(transfer)
-        if self.big.pending:
+        if self.big.pending or self.big.sized:
             self.big.start_some()
         request_headers = self.request_headers
         while free and pending:
@@ -691,7 +701,7 @@ class Fetcher(RequestHeaders):
                     self.retries, self.in_flight, partial, largest, self.big.restarts,
                     self.big.size_only, tuple(self.checked), self.window, self.peak_window,
                     latency, self.latency_sum, self.hosts, self.host_limits,
-                    self.not_modified)
+                    self.not_modified, self.big.continued)
 
     def _count_hosts(self) -> None:
         """Transfers in flight by host and, under --concurrency auto, their limits."""

@@ -115,6 +115,7 @@ class RangedFile:
     md5: Any = field(default_factory=hashlib.md5)
     other: Any = None  # the strongest non-MD5 digest stated, when there is one
     in_line: bool = True  # hash where the hash stands in line; False: all on the thread
+    carried: int = 0  # bytes a killed run's partial file held when this run took it up
 
     def __post_init__(self) -> None:
         if self.plan.vouched_by and "md5" not in self.plan.stated:  # a pinned SHA is the check

@@ -3,8 +3,9 @@
 Small bodies are collected in memory by the cheapest callback there is (list.append, one
 call per file). libcurl's MAXFILESIZE stops a transfer whose body turns out to be larger
 than --spool-above (by its Content-Length, or once that many bytes arrived), and the fetcher
-starts it again as a SpooledBody: its write callback hashes each chunk and writes it to
-the spool, so a run's memory never depends on file sizes.
+starts it again as a SpooledBody (or at once, when its source gave its size): its write
+callback hashes each chunk and writes it to the spool, so a run's memory never depends on
+file sizes.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class SpooledBody:
             if self.status != 200:
                 return 0
             self._read_headers()
+            if self.error is not None:  # not the file the source vouches for
+                return 0
         pinned = self.pinned
         if pinned is not None and self.size + len(data) > pinned.size:
             self.error = SinkFailure(f"body longer than the {pinned.size:,} bytes "
@@ -93,6 +96,14 @@ class SpooledBody:
         # a pinned digest is the trust root: what the response states adds nothing to it
         self.stated = stated_digests(headers)
         if self.pinned is not None:
+            # Another size or digest than the listing's: the object changed since (or the
+            # source lies). Said before a byte is taken, and not retried, as for a body
+            # stopped at --spool-above (big.too_big); a stream started at once by its
+            # listed size (big.sized_streams) meets it here first.
+            wrong = self.pinned.contradicts(self.pinned.size if self.total < 0 else self.total,
+                                            self.stated)
+            if wrong is not None:
+                self.error = SinkFailure(wrong)
             self.stated = self.pinned.stated(self.stated)
         if self.part_size and not self.stated:
             found = claims(headers)

@@ -454,6 +454,7 @@ class Coordinator:
             usage_error=self.usage_error,
             resumed_files=self.resumed_ok,
             resumed_bytes=self.resumed_bytes,
+            continued_bytes=sum(t.continued_bytes for t in ticks),
             options=self.options.as_dict(),
             failures=failures,
             failures_file=failures_file,
