@@ -158,7 +158,8 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
                    "503 with Retry-After pauses every request to that host for that long.")
 @click.option("--limit-rate", default="0", show_default=True, metavar="BYTES/S",
               help="Take at most this many body bytes a second from each host, for the "
-                   "whole run (e.g. 5m; each worker takes its share); 0: no limit.")
+                   "whole run (e.g. 5m; the workers share it, more to those whose "
+                   "transfers wait on it); 0: no limit.")
 @click.option("--sink", type=click.Choice(["dir", "tar", "null"]), default="dir",
               show_default=True,
               help="dir: DEST/<name>; tar: shards DEST/shard-WWW-NNNNNN.tar plus "

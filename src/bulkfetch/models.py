@@ -114,6 +114,9 @@ class Tick:
     not_modified: int = 0  # conditional requests answered 304 (get --sync, a Client cache)
     # bytes of the stored files that partial files a killed run left already held
     continued_bytes: int = 0
+    # ticks at which transfers waited for the worker's share of --limit-rate or --max-rps
+    # (or a host's pause): the coordinator gives such a worker more (rate_shares.py)
+    held_ticks: int = 0
 
 
 @dataclass(frozen=True)

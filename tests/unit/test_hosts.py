@@ -203,6 +203,49 @@ def test_an_attempt_stopped_at_its_headers_gives_back_what_it_took() -> None:
     assert gate.admit(transfer(url + "c"), big=True)  # so its big body may start now
 
 
+def test_bodies_in_flight_while_the_mean_moves_are_charged_their_size() -> None:
+    """Small bodies start charged the host's mean body size and are stored later, when the
+    mean may have moved: each store settles what the starts in flight took on average
+    (the ledger), so every byte stored is charged once. Corrected by the mean at the store
+    instead, ten bodies of 10,000 bytes started while the mean was 100 were charged about
+    two thirds of their bytes (65,481 of 100,000)."""
+    clock = Clock()
+    gate = HostGate(byte_rate=1e9, clock=clock)  # (never in debt here: every one starts)
+    url = "http://h/get/"
+    bucket = gate._bytes("http://h")
+    assert gate.admit(transfer(url + "first"))
+    gate.received(url + "first", 100)  # the mean: 100
+    started = [transfer(f"{url}{i}") for i in range(10)]
+    assert all(gate.admit(item) for item in started)  # each takes 100
+    for item in started:  # the mean rises with each one stored
+        gate.received(item[2], 10_000)
+    assert bucket.level == pytest.approx(bucket.burst - 100 - 10 * 10_000)
+    assert gate.ledger["http://h"] == [0, 0.0]
+    # one ended without a body gives back what it took, another's failure keeps it taken
+    assert gate.admit(transfer(url + "x")) and gate.admit(transfer(url + "y"))
+    taken = gate.mean_size["http://h"]
+    level = bucket.level
+    gate.ended(url + "x", sent=False)
+    assert bucket.level == pytest.approx(level + taken)
+    gate.ended(url + "y")
+    assert bucket.level == pytest.approx(level + taken)
+    assert gate.ledger["http://h"] == [0, 0.0]
+
+
+def test_a_new_byte_rate_keeps_what_was_saved_or_owed() -> None:
+    clock = Clock()
+    gate = HostGate(byte_rate=1000, clock=clock)
+    url = "http://h/get/"
+    assert gate.admit(transfer(url + "a"))
+    gate.received(url + "a", 600)  # 500 in debt at 1,000/s
+    gate.set_byte_rate(5000)  # another share of --limit-rate: 500 owed at 5,000/s
+    assert gate.byte_rate == 5000 and gate.reserved == pytest.approx(250)
+    assert gate.owed(url + "b") == pytest.approx(0.1)
+    clock.now += 1.0
+    assert gate.owed(url + "b") == 0.0
+    assert gate.byte_buckets["http://h"].level == pytest.approx(500)  # its new burst
+
+
 def test_host_label_drops_credentials() -> None:
     from bulkfetch.engine.hosts import host_label
 

@@ -108,7 +108,8 @@ class BigFiles:
         if pinned is not None and plan is not None:
             wrong = pinned.contradicts(plan.total, plan.stated)
             if wrong is not None:  # the wrong file, a lie, or changed: not worth a byte
-                self.fetcher._fail(transfer[0], transfer[1], wrong, transfer[3], transfer[2])
+                self.fetcher._fail(transfer[0], transfer[1], wrong, transfer[3], transfer[2],
+                                   in_gate=False)
                 return
             plan = plan.pin(pinned)
         probe = self.layouts.probe_for(plan, lines)
@@ -128,7 +129,7 @@ class BigFiles:
         try:
             opened = resume.open_partial(self.fetcher.sink, name, plan)
         except SinkFailure as exc:
-            self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2])
+            self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2], in_gate=False)
             return
         if opened is None:  # the null sink keeps nothing, or the same name is in flight
             self.pending.append(transfer)
@@ -221,7 +222,8 @@ class BigFiles:
         except SinkFailure as exc:
             if fetcher.windows is not None:  # let through, never started
                 fetcher.gate.done(transfer[2])  # type: ignore[union-attr]
-            fetcher._fail(transfer[0], transfer[1], str(exc), transfer[3], transfer[2])
+            fetcher._fail(transfer[0], transfer[1], str(exc), transfer[3], transfer[2],
+                          in_gate=False)
             return
         handle = fetcher.free.pop()
         body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1],
@@ -337,7 +339,7 @@ class BigFiles:
         if target is None:
             if ranged is not None:
                 self._drop(ranged)
-            fetcher._fail(state, name, why, attempt, url)
+            fetcher._fail(state, name, why, attempt, url, in_gate=False)
             return
         if ranged is None:
             self.pending.appendleft((state, name, target, attempt))
@@ -374,7 +376,7 @@ class BigFiles:
         try:
             self.fetcher.sink.store_spool(state.page.seq, name, spool, size, md5)
         except SinkFailure as exc:
-            self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2])
+            self.fetcher._fail(state, name, str(exc), transfer[3], transfer[2], in_gate=False)
             return False
         self.fetcher.checked[way] += 1
         self.fetcher._stored(state, size)
@@ -406,7 +408,7 @@ class BigFiles:
             self._drop(ranged)
             state, name = ranged.transfer[0], ranged.transfer[1]
             self.fetcher._fail(state, name, f"{reason} (bytes {part.start}-{part.end - 1})",
-                               attempt, ranged.transfer[2])
+                               attempt, ranged.transfer[2], in_gate=False)
             return
         part.complete = True
         ranged.done += 1

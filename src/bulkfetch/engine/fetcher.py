@@ -161,6 +161,10 @@ class Fetcher(RequestHeaders):
             limits.max_rps / limits.workers, limits.limit_rate / limits.workers) \
             if limits.max_rps or limits.limit_rate else None
         self.source_options = source_options
+        # --limit-rate: the worker's share, the most one body may take (libcurl's cap)
+        self.handle_rate = max(1, limits.limit_rate // limits.workers) \
+            if limits.limit_rate else 0
+        self.held_ticks = 0  # ticks at which the gate held transfers (Tick.held_ticks)
         # A source whose requests carry the user's headers turns libcurl's redirects off
         # (they would carry any custom header to another host): the fetcher follows them,
         # each hop with the headers for its own URL (engine/redirects.py). By page, the
@@ -212,10 +216,8 @@ class Fetcher(RequestHeaders):
         handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
         handle.setopt(pycurl.HEADERFUNCTION, lines.append)
         handle.setopt(pycurl.MAXFILESIZE_LARGE, self.spool_above)
-        limits = self.options.limits
-        if limits.limit_rate:  # one body alone never goes faster than the worker's share
-            handle.setopt(pycurl.MAX_RECV_SPEED_LARGE,
-                          max(1, limits.limit_rate // limits.workers))
+        if self.handle_rate:  # one body alone never goes faster than the worker's share
+            handle.setopt(pycurl.MAX_RECV_SPEED_LARGE, self.handle_rate)
         for option, value in self.source_options:
             handle.setopt(option, value)
         self.buffers[handle] = (chunks, lines)
@@ -627,13 +629,13 @@ class Fetcher(RequestHeaders):
                 url = self.hops[state].pop(name)[0]
             self._retry_later((state, name, url, attempt + 1), attempt, retry_after, big)
         else:
-            self._fail(state, name, reason, attempt, url)
+            self._fail(state, name, reason, attempt, url, in_gate=not big)
 
     def _retry_later(self, transfer: tuple[object, ...], attempt: int,
                      retry_after: float | None, big: bool) -> None:
         """Queue `transfer` (the next attempt) after the backoff for retry `attempt`."""
         delay = self.policy.delay(attempt, retry_after, self.rng)
-        if self.gate is not None:
+        if self.gate is not None and not big:
             self.gate.ended(str(transfer[2]))
         if retry_after:  # the server asked to be left alone: the whole host, not one file
             if self.gate is None:
@@ -650,9 +652,11 @@ class Fetcher(RequestHeaders):
             self._page_finished(state)
 
     def _fail(self, state: _PageState, name: str, reason: str, attempts: int,
-              url: str = "") -> None:
+              url: str = "", in_gate: bool = True) -> None:
+        """`in_gate` False: the host gate does not count the transfer as a small one in
+        flight (a big body's, or one it was told had ended)."""
         state.failures.append(Failure(name, reason, attempts, url))
-        if self.gate is not None and url and attempts:  # 0: it never started
+        if self.gate is not None and url and attempts and in_gate:  # 0: it never started
             self.gate.ended(url)
         self.sink.skip(state.page.seq, name)
         self.files_failed += 1
@@ -685,8 +689,12 @@ class Fetcher(RequestHeaders):
     # -- reporting and stopping ----------------------------------------------------------
     def tick(self) -> Tick:
         live = self.live
+        gate = self.gate
+        if gate is not None and (gate.count or (self.big.pacing is not None
+                                                and self.big.pacing.held)):
+            self.held_ticks += 1
         partial, largest = 0, ()
-        if self.spooling:
+        if self.spooling or self.big.ranged:  # (a ranged file's pieces may all wait)
             partial, entries = self.big.in_flight()
             largest = tuple(sorted(entries, key=largest_first)[:self.options.shown_in_flight])
         latency: tuple[int, ...] = ()
@@ -701,7 +709,21 @@ class Fetcher(RequestHeaders):
                     self.retries, self.in_flight, partial, largest, self.big.restarts,
                     self.big.size_only, tuple(self.checked), self.window, self.peak_window,
                     latency, self.latency_sum, self.hosts, self.host_limits,
-                    self.not_modified, self.big.continued)
+                    self.not_modified, self.big.continued, self.held_ticks)
+
+    def set_rate_share(self, share: float) -> None:
+        """This worker's new share (a fraction) of --limit-rate: its hosts' byte buckets
+        and every handle's cap follow (runners/rate_shares.py)."""
+        gate, rate = self.gate, self.options.limits.limit_rate
+        if gate is None or not rate or gate.byte_rate <= 0:
+            return
+        new = max(1.0, rate * share)
+        if abs(new - gate.byte_rate) < 0.01 * rate:
+            return
+        gate.set_byte_rate(new)
+        self.handle_rate = max(1, int(new))
+        for handle in self.handles:  # (between turns of the multi: no callback runs now)
+            handle.setopt(pycurl.MAX_RECV_SPEED_LARGE, self.handle_rate)
 
     def _count_hosts(self) -> None:
         """Transfers in flight by host and, under --concurrency auto, their limits."""

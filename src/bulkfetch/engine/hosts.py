@@ -91,6 +91,13 @@ class TokenBucket:
         self._refill()
         self.level -= amount
 
+    def retune(self, rate: float, burst: float) -> None:
+        """A new rate and burst from now on; what was saved or owed stays (up to the
+        new burst)."""
+        self._refill()
+        self.rate, self.burst = rate, burst
+        self.level = min(self.level, burst)
+
     def give_back(self, amount: float) -> None:
         """Return `amount` taken for what did not come (no more than the burst saved)."""
         self._refill()
@@ -125,6 +132,12 @@ class HostGate:
         self.byte_buckets: dict[str, TokenBucket] = {}
         self.mean_size: dict[str, float] = {}
         self.unestimated: dict[str, int] = {}  # started before any body of the host came
+        # host -> [its small transfers started and not ended, what their starts took]. A
+        # body stored, or ended without one, settles its share of that, not the mean of the
+        # moment: the mean moves while bodies are in flight, and while it rose from the
+        # first body's size at a run's start every body in flight was charged the old mean
+        # and corrected by the new one (lognormal sizes went at 1.43x the rate).
+        self.ledger: dict[str, list[float]] = {}
         self.clock = clock
         self.paused_until: dict[str, float] = {}
         self.buckets: dict[str, TokenBucket] = {}
@@ -215,11 +228,25 @@ class HostGate:
             mean = self.mean_size.get(host)
             if mean is None:
                 self.unestimated[host] = self.unestimated.get(host, 0) + 1
+                mean = 0.0
             else:
                 self._bytes(host).debit(mean)
+            entry = self.ledger.get(host)
+            if entry is None:
+                self.ledger[host] = [1, mean]
+            else:
+                entry[0] += 1
+                entry[1] += mean
         if windows is not None:
             windows.started(host)
         return 0.0
+
+    def set_byte_rate(self, rate: float) -> None:
+        """This worker's new share of --limit-rate (runners/rate_shares.py), for every
+        host from now on."""
+        self.byte_rate = rate
+        for bucket in self.byte_buckets.values():
+            bucket.retune(rate, max(1.0, rate / 10))
 
     def _bytes(self, host: str) -> TokenBucket:
         bucket = self.byte_buckets.get(host)
@@ -232,13 +259,22 @@ class HostGate:
         """A body of `size` bytes from `url`'s host was stored (counts with --limit-rate)."""
         if self.byte_rate > 0:
             host = host_of(url)
-            mean = self.mean_size.get(host)
-            if self.unestimated.get(host):  # started with nothing taken: all of it now
+            if self.unestimated.get(host):
                 self.unestimated[host] -= 1
-                self._bytes(host).debit(size)
-            else:  # its start took the mean then, which moves slowly
-                self._bytes(host).debit(size - (mean or 0.0))
+            self._bytes(host).debit(size - self._settle(host))
+            mean = self.mean_size.get(host)
             self.mean_size[host] = size if mean is None else 0.9 * mean + 0.1 * size
+
+    def _settle(self, host: str) -> float:
+        """What the start of one of `host`'s small transfers took on average, taken off
+        the ledger as one of them ends."""
+        entry = self.ledger.get(host)
+        if entry is None or entry[0] <= 0:
+            return 0.0
+        share = entry[1] / entry[0]
+        entry[0] -= 1
+        entry[1] = entry[1] - share if entry[0] else 0.0
+        return share
 
     @property
     def reserved(self) -> float:
@@ -260,15 +296,18 @@ class HostGate:
         self._bytes(host_of(url)).debit(size)
 
     def ended(self, url: str, sent: bool = True) -> None:
-        """A transfer from `url`'s host ended without a body (failed, or to be retried):
-        while the host's body size is unknown, the next one may start. `sent` False: none
-        of its body came (stopped at its headers: a body over --spool-above, fetched next
-        as a big one), so what its start took is given back."""
+        """A small transfer from `url`'s host ended without a body (failed, or to be
+        retried): while the host's body size is unknown, the next one may start. `sent`
+        False: none of its body came (stopped at its headers: a body over --spool-above,
+        fetched next as a big one), so what its start took is given back. (A big body's
+        transfer is charged as its bytes come: pacing.py.)"""
         host = host_of(url)
         if self.unestimated.get(host):
             self.unestimated[host] -= 1
-        elif not sent and self.byte_rate > 0 and host in self.mean_size:
-            self._bytes(host).give_back(self.mean_size[host])
+        if self.byte_rate > 0:
+            share = self._settle(host)
+            if not sent and share:
+                self._bytes(host).give_back(share)
 
     def done(self, url: str) -> None:
         """A transfer the gate let start has ended, or was let through and did not start

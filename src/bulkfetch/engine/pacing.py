@@ -14,6 +14,7 @@ host more than RESERVE_S in debt are paused until it is out of debt.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -58,7 +59,11 @@ class BigPacing:
         give back what it did not use of its reserve."""
         if handle in self.held:
             self.held.discard(handle)
-            handle.pause(pycurl.PAUSE_CONT)
+            # A transfer that ended has no connection left to go on with: libcurl refuses
+            # the call (CURLE_BAD_FUNCTION_ARGUMENT), and the handle's next transfer starts
+            # unpaused anyway.
+            with contextlib.suppress(pycurl.error):
+                handle.pause(pycurl.PAUSE_CONT)
         self._charge((body,), ended=True)
 
     def _charge(self, bodies: Iterable[Any], ended: bool) -> None:

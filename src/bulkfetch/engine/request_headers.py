@@ -35,7 +35,7 @@ class RequestHeaders:
             self.gate.ended(url)
         target, why = self._hop(state, name, url, location)
         if target is None:
-            self._fail(state, name, why, attempt, url)
+            self._fail(state, name, why, attempt, url, in_gate=False)
             return
         self.pending.appendleft((state, name, target, attempt))
 
@@ -124,7 +124,7 @@ class RequestHeaders:
         try:
             self.sink.not_modified(name, lines)  # type: ignore[attr-defined]
         except SinkFailure as exc:
-            self._fail(state, name, str(exc), attempt, url)
+            self._fail(state, name, str(exc), attempt, url, in_gate=False)
             return
         finally:
             chunks.clear()

@@ -31,6 +31,7 @@ from bulkfetch.live import LiveStatus
 from bulkfetch.models import Page, PageReport, Progress, Report, Tick, largest_first
 from bulkfetch.runners.dest import journal_stored_retries, remove_temporaries
 from bulkfetch.runners.pool import Message, WorkerPool
+from bulkfetch.runners.rate_shares import RateBalancer
 from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.samples import split_key
 from bulkfetch.sinks.directory import TMP_DIR, worker_tmp_name
@@ -77,6 +78,10 @@ class Coordinator:
         self.requeue: deque[Page] = deque()
         self.pages_reassigned = 0
         self.lost_workers: dict[int, str] = {}  # worker -> why it was lost
+        limits = options.limits
+        # --limit-rate over several workers: shares moved to where the bytes are wanted
+        self.balancer = RateBalancer(limits.workers, limits.limit_rate) \
+            if limits.limit_rate and limits.workers > 1 else None
 
     # -- progress ------------------------------------------------------------------------
     def progress(self, started: float) -> Progress:
@@ -168,6 +173,10 @@ class Coordinator:
                 if self.error is not None and (dead or self.journal_broken):
                     break
                 now = time.monotonic()
+                if self.balancer is not None:
+                    shares = self.balancer.look(self.ticks.values(), now, self.lost_workers)
+                    if shares is not None:
+                        pool.share_rate(shares)
                 if now - last_update >= UPDATE_S:
                     progress = self.progress(started)
                     if self.on_progress is not None:

@@ -13,7 +13,9 @@ cluster are interchangeable.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
+import operator
 import os
 import queue
 import socket
@@ -61,6 +63,11 @@ class WorkerPool(Protocol):
         """Where the worker runs (a node), for the report."""
         ...
 
+    def share_rate(self, shares: dict[int, float]) -> None:
+        """Each worker's fraction of --limit-rate from now on, by worker number
+        (runners/rate_shares.py); a worker takes it up at its next tick."""
+        ...
+
     def close(self) -> None:
         """After the run: let go of what start() took (a Ray the pool started)."""
         ...
@@ -88,11 +95,17 @@ class ProcessPool:
         # The pool keeps the write end too: with it closed here, the read end would say
         # EOF (EOFError) once the last worker exits, instead of "nothing yet".
         self.results, self.outbox = channel(context)
+        workers = options.limits.workers
+        # --limit-rate's shares, by worker: written here, read by each worker at its tick
+        # (a double is read whole; a share a tick late costs nothing)
+        self.shares = context.Array("d", [1.0 / workers] * workers, lock=False)
         self.workers = [
             context.Process(target=worker_main, name=f"bulkfetch-worker-{i}", daemon=True,
                             args=(i, options, self.tasks, self.outbox, self.stop_event,
-                                  os.getpid()))
-            for i in range(options.limits.workers)
+                                  os.getpid()),
+                            kwargs={"share": functools.partial(operator.getitem, self.shares,
+                                                               i)})
+            for i in range(workers)
         ]
         self.size = len(self.workers)
 
@@ -130,6 +143,11 @@ class ProcessPool:
 
     def where(self, worker: int) -> str:
         return socket.gethostname()
+
+    def share_rate(self, shares: dict[int, float]) -> None:
+        for worker, share in shares.items():
+            if 0 <= worker < len(self.shares):
+                self.shares[worker] = share
 
     def close(self) -> None:
         pass

@@ -60,11 +60,12 @@ class RayWorker:
         self.tasks: queue.Queue[Page | None] = queue.Queue()
         self.results: queue.Queue[Message] = queue.Queue()
         self.stop = threading.Event()
+        self.share = 1.0 / options.limits.workers  # of --limit-rate, as the driver moves it
         # the actor's parent is the node's raylet: when it is gone the worker stops
         self.thread = threading.Thread(
             target=worker_main, name=f"bulkfetch-worker-{worker}", daemon=True,
             args=(worker, options, self.tasks, self.results, self.stop, os.getppid()),
-            kwargs={"own_signals": False})
+            kwargs={"own_signals": False, "share": lambda: self.share})
         self.thread.start()
 
     def node_id(self) -> str:
@@ -72,7 +73,10 @@ class RayWorker:
 
         return str(ray.get_runtime_context().get_node_id())
 
-    def exchange(self, pages: list[Page], finish: bool, stop: bool) -> list[Message]:
+    def exchange(self, pages: list[Page], finish: bool, stop: bool,
+                 share: float | None = None) -> list[Message]:
+        if share is not None:
+            self.share = share
         for page in pages:
             self.tasks.put(page)
         if stop:
@@ -106,6 +110,7 @@ class _Actor:
     stop: bool = False
     exited: bool = False
     dead: bool = False
+    share: float | None = None  # of --limit-rate, sent with each exchange once set
 
 
 class RayPool:
@@ -234,7 +239,8 @@ class RayPool:
         if actor.call is not None or actor.exited or actor.dead:
             return
         finish = actor.finish and not actor.finish_sent
-        actor.call = actor.handle.exchange.remote(actor.pending, finish, actor.stop)
+        actor.call = actor.handle.exchange.remote(actor.pending, finish, actor.stop,
+                                                  actor.share)
         actor.finish_sent = actor.finish_sent or finish
         actor.pending = []
         self.by_call[actor.call] = actor
@@ -359,6 +365,12 @@ class RayPool:
 
     def kill(self) -> None:
         self.join()
+
+    def share_rate(self, shares: dict[int, float]) -> None:
+        for worker, share in shares.items():
+            actor = self.actors.get(worker)
+            if actor is not None:
+                actor.share = share
 
     def where(self, worker: int) -> str:
         """For the report: replacements' nodes are looked up only now."""
