@@ -244,6 +244,15 @@ def test_a_new_byte_rate_keeps_what_was_saved_or_owed() -> None:
     clock.now += 1.0
     assert gate.owed(url + "b") == 0.0
     assert gate.byte_buckets["http://h"].level == pytest.approx(500)  # its new burst
+    # a host parked at a low rate is looked at again when the rate rises
+    gate.set_byte_rate(10)  # (its burst: 1)
+    gate.received(url + "b", 1000)  # 999 owed at 10/s: 99.9 s
+    assert not gate.admit(transfer(url + "c"))
+    assert gate.next_wake() == pytest.approx(99.9)
+    gate.set_byte_rate(1000)
+    assert gate.next_wake() == 0.0
+    assert gate.release() == []  # still owing, for about a second at the new rate
+    assert gate.next_wake() == pytest.approx(0.999)
 
 
 def test_host_label_drops_credentials() -> None:

@@ -8,10 +8,10 @@ from bulkfetch.models import Tick
 from bulkfetch.runners.rate_shares import BALANCE_S, FLOOR, RateBalancer, allocate
 
 
-def test_equal_shares_when_no_worker_or_every_worker_wants_more() -> None:
-    assert allocate([0.1, 0.2], [0.5, 0.5], [False, False]) == [0.5, 0.5]
+def test_equal_shares_when_every_worker_wants_more_and_no_change_when_none_does() -> None:
     assert allocate([0.5, 0.49], [0.5, 0.5], [False, False]) == [0.5, 0.5]  # both used it
     assert allocate([0.0, 0.0], [0.3, 0.7], [True, True]) == [0.5, 0.5]
+    assert allocate([0.1, 0.2], [0.3, 0.7], [False, False]) == pytest.approx([0.3, 0.7])
 
 
 def test_the_worker_with_the_bytes_gets_what_the_idle_one_does_not_use() -> None:
@@ -30,10 +30,19 @@ def test_a_worker_that_moves_a_little_keeps_that_with_room_to_grow() -> None:
     assert sum(new) == pytest.approx(1.0)
 
 
+def test_a_worker_just_under_a_big_share_keeps_it() -> None:
+    # one stream held by libcurl's cap moved a little under its share: it keeps the share
+    # (it lost half of the rate every other look: nobody wanting more made the shares
+    # equal, and a worker not wanting more was capped at an equal share)
+    assert allocate([0.82, 0.0], [0.95, 0.05], [False, False]) == pytest.approx([0.95, 0.05])
+    assert allocate([0.82, 0.05], [0.95, 0.05], [False, True]) == pytest.approx([0.95, 0.05])
+
+
 def test_a_worker_paying_off_a_burst_keeps_its_share() -> None:
     # it moved nothing this time (its transfers were held until its debt was paid), but
     # it waited: taking its share away then halved the rate of one big file (seen)
-    assert allocate([0.0, 0.0], [0.95, 0.05], [True, False]) == pytest.approx([0.95, 0.05])
+    assert allocate([0.0, 0.0], [0.95, 0.05], [True, False]) == pytest.approx(
+        [1 - FLOOR / 2, FLOOR / 2])
 
 
 def tick(worker: int, moved: int, held: int = 0, partial: int = 0) -> Tick:

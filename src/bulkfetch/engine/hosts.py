@@ -247,6 +247,11 @@ class HostGate:
         self.byte_rate = rate
         for bucket in self.byte_buckets.values():
             bucket.retune(rate, max(1.0, rate / 10))
+        # hosts parked by their debt were set to wake at the old rate: look again now
+        # (release() parks again those still owing, until when the new rate says)
+        now = self.clock()
+        for host in self.parked:
+            heapq.heappush(self.wake, (now, host))
 
     def _bytes(self, host: str) -> TokenBucket:
         bucket = self.byte_buckets.get(host)

@@ -11,8 +11,10 @@ those of the big bodies in flight included), and whether its transfers waited on
 since the last look (Tick.held_ticks: a worker paying off a burst moves nothing for a
 while, yet wants all it has). A worker that neither waited nor moved SATURATED of its share
 keeps what it moved, with HEADROOM to grow, and never less than FLOOR of an equal share (a
-worker that gets work starts at once, and is seen waiting at the next look); the others
-split the rest. When none or all of them want more, the shares are equal again. The shares
+worker that gets work starts at once, and is seen waiting at the next look), and never
+more than it had; the others
+split the rest. When all of them want more, the shares are equal again; when none does,
+they stay. The shares
 always add up to the whole: a worker given less slows at its next tick, so the sum can pass
 the rate only for a tick's time after a change.
 With several hosts, a worker's bytes are counted over all of them: the shares then follow
@@ -29,7 +31,7 @@ from bulkfetch.models import Tick
 BALANCE_S = 0.5
 SATURATED = 0.9  # a worker that moved this much of its share may want more
 HEADROOM = 1.25  # what one that did not keeps: what it moved, times this
-FLOOR = 0.1  # of an equal share, the least a worker keeps
+FLOOR = 0.02  # of an equal share, the least a worker keeps
 
 
 def allocate(used: Sequence[float], shares: Sequence[float],
@@ -40,10 +42,15 @@ def allocate(used: Sequence[float], shares: Sequence[float],
     count = len(shares)
     equal = 1.0 / count
     wanting = [i for i in range(count) if held[i] or used[i] >= SATURATED * shares[i]]
-    if not wanting or len(wanting) == count:
+    if len(wanting) == count:
         return [equal] * count
+    if not wanting:  # nobody is held back: the shares stay (made to add up to 1)
+        total = sum(shares)
+        return [share / total for share in shares] if total > 0 else [equal] * count
     floor = FLOOR * equal
-    new = [min(max(used[i] * HEADROOM, floor), equal) for i in range(count)]
+    # (never more than it had: one that used most of a big share keeps it; capped at an
+    # equal share, one stream held by libcurl's cap just under its share lost half of it)
+    new = [min(max(used[i] * HEADROOM, floor), max(shares[i], floor)) for i in range(count)]
     rest = (1.0 - sum(new[i] for i in range(count) if i not in wanting)) / len(wanting)
     for i in wanting:
         new[i] = rest
