@@ -7,7 +7,7 @@
 
 Two setups, each a `bulkfetch serve` (1 process, pinned to core 0) writing its access log,
 and rows of `bulkfetch get URL DEST --sink null -q --report R.json` (pinned to core 1) with
-the default workers (one a core: each takes its share of the limit) and with -w 1:
+the default workers (one a core: they share the limit) and with -w 1:
 
 - rps: `serve --files N` (100-byte files), `get --max-rps 500`, N = 500 x (--seconds + 1).
   Bar: every full 10-s window holds 500 requests/s within 5%.

@@ -153,8 +153,9 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="Connections per host per worker (0: only --concurrency limits).")
 @click.option("--max-rps", type=click.FloatRange(min=0), default=0, show_default=True,
               metavar="N",
-              help="Start at most N requests a second on each host, for the whole run (each "
-                   "worker takes its share of N); 0: no limit. Whatever the limit, a 429 or "
+              help="Start at most N requests a second on each host, for the whole run (the "
+                   "workers share N, more to those whose transfers wait on it); 0: no limit. "
+                   "Whatever the limit, a 429 or "
                    "503 with Retry-After pauses every request to that host for that long.")
 @click.option("--limit-rate", default="0", show_default=True, metavar="BYTES/S",
               help="Take at most this many body bytes a second from each host, for the "

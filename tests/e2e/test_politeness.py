@@ -37,6 +37,22 @@ def test_max_rps_holds_the_rate_of_a_host(reference_server, tmp_path: Path) -> N
     assert busiest <= rate * 1.05 + rate / 10 + 1, busiest
 
 
+def test_max_rps_goes_to_the_worker_that_has_the_requests(reference_server,
+                                                          tmp_path: Path) -> None:
+    """One page: one worker has every file, and held half of --max-rps (400 files at 100/s
+    with -w 2: 50/s). The coordinator moves the shares to the worker whose transfers wait
+    on its share (runners/rate_shares.py)."""
+    files, rate = 400, 100
+    server = reference_server("--files", str(files), access_log=True)
+    proc = bulkfetch(server.url, str(tmp_path / "d"), "--max-rps", str(rate), "-w", "2",
+                     "--sink", "null")
+    assert proc.returncode == 0, proc.stderr
+    times = sorted(r.time for r in server.requests() if r.target.startswith("/get/"))
+    assert len(times) == files
+    overall = (len(times) - 1) / (times[-1] - times[0])
+    assert rate * 0.8 <= overall <= rate * 1.05, overall
+
+
 def test_retry_after_pauses_the_host_and_another_host_goes_on(reference_server,
                                                               tmp_path: Path) -> None:
     files, pause = 150, 2

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from bulkfetch.models import Tick
-from bulkfetch.runners.rate_shares import BALANCE_S, FLOOR, RateBalancer, allocate
+from bulkfetch.runners.rate_shares import (
+    BALANCE_S,
+    FLOOR,
+    RateBalancer,
+    RateShares,
+    allocate,
+    bytes_moved,
+)
 
 
 def test_equal_shares_when_every_worker_wants_more_and_no_change_when_none_does() -> None:
@@ -45,13 +52,13 @@ def test_a_worker_paying_off_a_burst_keeps_its_share() -> None:
         [1 - FLOOR / 2, FLOOR / 2])
 
 
-def tick(worker: int, moved: int, held: int = 0, partial: int = 0) -> Tick:
-    return Tick(worker, bytes=moved, partial_bytes=partial, held_ticks=held)
+def tick(worker: int, moved: int, held: int = 0, partial: int = 0, done: int = 0) -> Tick:
+    return Tick(worker, files_ok=done, bytes=moved, partial_bytes=partial, held_ticks=held)
 
 
 def test_the_balancer_moves_the_shares_and_says_only_changes() -> None:
     rate = 1000.0
-    balancer = RateBalancer(2, rate)
+    balancer = RateBalancer(2, rate, bytes_moved)
     start = balancer.looked
     assert balancer.look([tick(0, 0), tick(1, 0)], start + BALANCE_S / 2) is None  # too soon
     # worker 0 moved its half and waited; worker 1 nothing
@@ -66,7 +73,7 @@ def test_the_balancer_moves_the_shares_and_says_only_changes() -> None:
 
 
 def test_a_worker_not_heard_from_yet_keeps_its_share_until_it_is() -> None:
-    balancer = RateBalancer(2, 1000.0)
+    balancer = RateBalancer(2, 1000.0, bytes_moved)
     start = balancer.looked
     # worker 0 alone has ticked, waiting: worker 1 has its half from the start, and
     # giving worker 0 the whole rate then would make them 1.5 times it
@@ -78,8 +85,29 @@ def test_a_worker_not_heard_from_yet_keeps_its_share_until_it_is() -> None:
 
 
 def test_a_lost_worker_has_no_share_and_its_replacement_one() -> None:
-    balancer = RateBalancer(2, 1000.0)
+    balancer = RateBalancer(2, 1000.0, bytes_moved)
     start = balancer.looked
     # worker 1 was lost (a Ray node gone); worker 2 took its place
     shares = balancer.look([tick(0, 500, held=1), tick(2, 0)], start + BALANCE_S, gone={1})
     assert shares == pytest.approx({0: 1 - FLOOR / 2, 2: FLOOR / 2})
+
+
+def test_both_limits_move_each_by_its_own_unit() -> None:
+    """--limit-rate by bytes, --max-rps by requests done (files ok, failed, retried): one
+    worker with all the small files and another with one big file each get the limit
+    they are held by, and the pair of shares goes to every worker when either moves."""
+    shares = RateShares(2, byte_rate=1000.0, request_rate=100.0)
+    start = shares.bytes.looked  # type: ignore[union-attr]
+    shares.requests.looked = start  # type: ignore[union-attr]
+    # worker 0: 50 requests (its whole half of 100/s), few bytes; worker 1: bytes only
+    found = shares.look([tick(0, 10, done=25), tick(1, 250)], start + BALANCE_S)
+    assert found is not None
+    # (bytes, requests): worker 0 keeps 1.25x the bytes it moved (0.02 of the rate)
+    assert found[0] == pytest.approx((0.025, 1 - FLOOR / 2))
+    assert found[1] == pytest.approx((0.975, FLOOR / 2))
+    only_bytes = RateShares(2, byte_rate=1000.0, request_rate=0.0)
+    assert only_bytes.requests is None
+    found = only_bytes.look([tick(0, 0), tick(1, 250)], only_bytes.bytes.looked + BALANCE_S)
+    assert found is not None and set(found) == {0, 1}
+    assert found[0] == pytest.approx((FLOOR / 2, 0.5))
+    assert found[1] == pytest.approx((1 - FLOOR / 2, 0.5))

@@ -711,13 +711,20 @@ class Fetcher(RequestHeaders):
                     latency, self.latency_sum, self.hosts, self.host_limits,
                     self.not_modified, self.big.continued, self.held_ticks)
 
-    def set_rate_share(self, share: float) -> None:
-        """This worker's new share (a fraction) of --limit-rate: its hosts' byte buckets
-        and every handle's cap follow (runners/rate_shares.py)."""
-        gate, rate = self.gate, self.options.limits.limit_rate
-        if gate is None or not rate or gate.byte_rate <= 0:
+    def set_rate_share(self, of_bytes: float, of_requests: float) -> None:
+        """This worker's new shares (fractions) of --limit-rate, which its hosts' byte
+        buckets and every handle's cap follow, and of --max-rps (runners/rate_shares.py)."""
+        gate, limits = self.gate, self.options.limits
+        if gate is None:
             return
-        new = max(1.0, rate * share)
+        if limits.max_rps and gate.max_rps > 0:
+            requests = max(0.01, limits.max_rps * of_requests)
+            if abs(requests - gate.max_rps) >= 0.01 * limits.max_rps:
+                gate.set_request_rate(requests)
+        rate = limits.limit_rate
+        if not rate or gate.byte_rate <= 0:
+            return
+        new = max(1.0, rate * of_bytes)
         if abs(new - gate.byte_rate) < 0.01 * rate:
             return
         gate.set_byte_rate(new)

@@ -247,8 +247,18 @@ class HostGate:
         self.byte_rate = rate
         for bucket in self.byte_buckets.values():
             bucket.retune(rate, max(1.0, rate / 10))
-        # hosts parked by their debt were set to wake at the old rate: look again now
-        # (release() parks again those still owing, until when the new rate says)
+        self._look_again()
+
+    def set_request_rate(self, rate: float) -> None:
+        """This worker's new share of --max-rps, for every host from now on."""
+        self.max_rps = rate
+        for bucket in self.buckets.values():
+            bucket.retune(rate, max(1.0, rate / 10))
+        self._look_again()
+
+    def _look_again(self) -> None:
+        """Hosts parked were set to wake by the old rate: look at them now (release() parks
+        again those still held, until when the new rate says)."""
         now = self.clock()
         for host in self.parked:
             heapq.heappush(self.wake, (now, host))

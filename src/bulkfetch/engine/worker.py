@@ -6,7 +6,7 @@ import os
 import queue
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,12 @@ STOP_GRACE_S = {"tar": 10.0}
 
 def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop: Any,
                 parent_pid: int, *, own_signals: bool = True,
-                share: Callable[[], float] | None = None) -> None:
+                share: Callable[[], Sequence[float]] | None = None) -> None:
     """Fetch the pages `tasks` gives (None: no more) until told to `stop` or the process
     whose pid is `parent_pid` is gone; everything said goes to `results`. `own_signals`:
     this is the process's main thread (a worker process), not a thread of a Ray actor.
-    `share`: this worker's fraction of --limit-rate now, as the coordinator moves it
-    (runners/rate_shares.py), read with each tick."""
+    `share`: this worker's fractions of --limit-rate and --max-rps now, as the coordinator
+    moves them (runners/rate_shares.py), read with each tick."""
     if own_signals:  # the main process owns Ctrl-C and SIGTERM: it stops us through `stop`
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -73,7 +73,7 @@ def worker_main(worker: int, options: GetOptions, tasks: Any, results: Any, stop
                     no_more_pages = True
                 send_reports(sink.ready())
                 if share is not None:
-                    fetcher.set_rate_share(share())
+                    fetcher.set_rate_share(*share())
                 results.put(("tick", fetcher.tick()))
                 last_tick = now
             if stop_by is not None and now >= stop_by:

@@ -31,7 +31,7 @@ from bulkfetch.live import LiveStatus
 from bulkfetch.models import Page, PageReport, Progress, Report, Tick, largest_first
 from bulkfetch.runners.dest import journal_stored_retries, remove_temporaries
 from bulkfetch.runners.pool import Message, WorkerPool
-from bulkfetch.runners.rate_shares import RateBalancer
+from bulkfetch.runners.rate_shares import RateShares
 from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.samples import split_key
 from bulkfetch.sinks.directory import TMP_DIR, worker_tmp_name
@@ -79,9 +79,10 @@ class Coordinator:
         self.pages_reassigned = 0
         self.lost_workers: dict[int, str] = {}  # worker -> why it was lost
         limits = options.limits
-        # --limit-rate over several workers: shares moved to where the bytes are wanted
-        self.balancer = RateBalancer(limits.workers, limits.limit_rate) \
-            if limits.limit_rate and limits.workers > 1 else None
+        # --limit-rate and --max-rps over several workers: shares moved to where the bytes
+        # and requests are wanted
+        self.balancer = RateShares(limits.workers, limits.limit_rate, limits.max_rps) \
+            if (limits.limit_rate or limits.max_rps) and limits.workers > 1 else None
 
     # -- progress ------------------------------------------------------------------------
     def progress(self, started: float) -> Progress:

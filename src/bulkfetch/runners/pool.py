@@ -25,6 +25,7 @@ from bulkfetch.config import GetOptions
 from bulkfetch.engine.channel import channel
 from bulkfetch.engine.worker import worker_main
 from bulkfetch.models import Page
+from bulkfetch.runners.rate_shares import Shares
 
 Message = tuple[Any, ...]
 
@@ -63,9 +64,9 @@ class WorkerPool(Protocol):
         """Where the worker runs (a node), for the report."""
         ...
 
-    def share_rate(self, shares: dict[int, float]) -> None:
-        """Each worker's fraction of --limit-rate from now on, by worker number
-        (runners/rate_shares.py); a worker takes it up at its next tick."""
+    def share_rate(self, shares: dict[int, Shares]) -> None:
+        """Each worker's fractions of --limit-rate and --max-rps from now on, by worker
+        number (runners/rate_shares.py); a worker takes them up at its next tick."""
         ...
 
     def close(self) -> None:
@@ -96,15 +97,15 @@ class ProcessPool:
         # EOF (EOFError) once the last worker exits, instead of "nothing yet".
         self.results, self.outbox = channel(context)
         workers = options.limits.workers
-        # --limit-rate's shares, by worker: written here, read by each worker at its tick
-        # (a double is read whole; a share a tick late costs nothing)
-        self.shares = context.Array("d", [1.0 / workers] * workers, lock=False)
+        # --limit-rate's and --max-rps's shares, two by worker: written here, read by each
+        # worker at its tick (a double is read whole; a share a tick late costs nothing)
+        self.shares = context.Array("d", [1.0 / workers] * (2 * workers), lock=False)
         self.workers = [
             context.Process(target=worker_main, name=f"bulkfetch-worker-{i}", daemon=True,
                             args=(i, options, self.tasks, self.outbox, self.stop_event,
                                   os.getpid()),
-                            kwargs={"share": functools.partial(operator.getitem, self.shares,
-                                                               i)})
+                            kwargs={"share": functools.partial(
+                                operator.getitem, self.shares, slice(2 * i, 2 * i + 2))})
             for i in range(workers)
         ]
         self.size = len(self.workers)
@@ -144,10 +145,10 @@ class ProcessPool:
     def where(self, worker: int) -> str:
         return socket.gethostname()
 
-    def share_rate(self, shares: dict[int, float]) -> None:
-        for worker, share in shares.items():
-            if 0 <= worker < len(self.shares):
-                self.shares[worker] = share
+    def share_rate(self, shares: dict[int, Shares]) -> None:
+        for worker, (of_bytes, of_requests) in shares.items():
+            if 0 <= worker < len(self.shares) // 2:
+                self.shares[2 * worker], self.shares[2 * worker + 1] = of_bytes, of_requests
 
     def close(self) -> None:
         pass

@@ -1,30 +1,30 @@
-"""--limit-rate over several workers: where the bytes are wanted, the rate goes.
+"""--limit-rate and --max-rps over several workers: where the bytes (or requests) are
+wanted, the rate goes.
 
 Each worker paces its hosts to its share of the run's rate (hosts.HostGate, pacing.py), so
 the workers together never go above it. An equal share each wastes most of it when the
-bytes are not spread evenly: one big file is fetched by one worker, which then had half
-the rate on two cores and an eighth on eight (one 64 MiB file at --limit-rate 20m went at
-10.2 MiB/s with -w 2).
+work is not spread evenly: one big file is fetched by one worker, which then had half the
+rate on two cores and an eighth on eight (one 64 MiB file at --limit-rate 20m went at
+10.2 MiB/s with -w 2; one page of 400 files at --max-rps 100, at 50 requests a second).
 
 So every BALANCE_S the coordinator looks at each worker: what it moved (its ticks' bytes,
-those of the big bodies in flight included), and whether its transfers waited on its share
-since the last look (Tick.held_ticks: a worker paying off a burst moves nothing for a
-while, yet wants all it has). A worker that neither waited nor moved SATURATED of its share
-keeps what it moved, with HEADROOM to grow, and never less than FLOOR of an equal share (a
-worker that gets work starts at once, and is seen waiting at the next look), and never
-more than it had; the others
-split the rest. When all of them want more, the shares are equal again; when none does,
-they stay. The shares
-always add up to the whole: a worker given less slows at its next tick, so the sum can pass
-the rate only for a tick's time after a change.
-With several hosts, a worker's bytes are counted over all of them: the shares then follow
-the workers' traffic as a whole, and are never less fair than equal ones.
+those of the big bodies in flight included; or its requests done), and whether its
+transfers waited on its shares since the last look (Tick.held_ticks: a worker paying off a
+burst moves nothing for a while, yet wants all it has). A worker that neither waited nor
+moved SATURATED of its share keeps what it moved, with HEADROOM to grow, never less than
+FLOOR of an equal share (a worker that gets work starts at once, and is seen waiting at the
+next look) and never more than it had; the others split the rest. When all of them want
+more, the shares are equal again; when none does, they stay. The shares always add up to
+the whole: a worker given less slows at its next tick, so the sum can pass the rate only
+for a tick's time after a change. With several hosts, a worker's bytes are counted over
+all of them: the shares then follow the workers' traffic as a whole, and are never less
+fair than equal ones.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from bulkfetch.models import Tick
 
@@ -57,12 +57,22 @@ def allocate(used: Sequence[float], shares: Sequence[float],
     return new
 
 
-class RateBalancer:
-    """The coordinator's side: given the workers' latest ticks now and then, their new
-    shares (by worker number) when they changed (see the module docstring)."""
+def bytes_moved(tick: Tick) -> int:
+    return tick.bytes + tick.partial_bytes
 
-    def __init__(self, workers: int, rate: float) -> None:
+
+def requests_done(tick: Tick) -> int:
+    return tick.files_ok + tick.files_failed + tick.retries
+
+
+class RateBalancer:
+    """One limit's shares: given the workers' latest ticks now and then, their new shares
+    (by worker number) when they changed (see the module docstring). `moved`: what a
+    tick says the worker has done so far, in the rate's unit."""
+
+    def __init__(self, workers: int, rate: float, moved: Callable[[Tick], int]) -> None:
         self.rate = rate
+        self.count = moved
         self.equal = 1.0 / workers  # what each worker starts with
         self.started = set(range(workers))  # each has its share before its first tick
         self.shares: dict[int, float] = {}
@@ -78,7 +88,7 @@ class RateBalancer:
         if elapsed < BALANCE_S:
             return None
         ticks = list(ticks)
-        moved = {tick.worker: tick.bytes + tick.partial_bytes for tick in ticks}
+        moved = {tick.worker: self.count(tick) for tick in ticks}
         waits = {tick.worker: tick.held_ticks for tick in ticks}
         before, self.moved, self.looked = self.moved, moved, now
         waited, self.waits = self.waits, waits
@@ -95,3 +105,31 @@ class RateBalancer:
             return None
         self.shares = dict(zip(workers, new, strict=True))
         return self.shares
+
+
+Shares = tuple[float, float]  # a worker's fractions of --limit-rate and of --max-rps
+
+
+class RateShares:
+    """Both limits' balancers, as the coordinator uses them: look() gives every worker's
+    (bytes, requests) shares when either changed."""
+
+    def __init__(self, workers: int, byte_rate: float, request_rate: float) -> None:
+        self.equal = 1.0 / workers
+        self.bytes = RateBalancer(workers, byte_rate, bytes_moved) if byte_rate else None
+        self.requests = RateBalancer(workers, request_rate, requests_done) \
+            if request_rate else None
+
+    def look(self, ticks: Iterable[Tick], now: float,
+             gone: Collection[int] = ()) -> dict[int, Shares] | None:
+        ticks = list(ticks)
+        changed = [balancer.look(ticks, now, gone)
+                   for balancer in (self.bytes, self.requests) if balancer is not None]
+        if not any(changed):
+            return None
+        workers = set().union(*(found for found in changed if found))
+        return {worker: (self._share(self.bytes, worker), self._share(self.requests, worker))
+                for worker in sorted(workers)}
+
+    def _share(self, balancer: RateBalancer | None, worker: int) -> float:
+        return self.equal if balancer is None else balancer.shares.get(worker, self.equal)

@@ -37,6 +37,7 @@ from bulkfetch.engine.worker import worker_main
 from bulkfetch.errors import UsageError
 from bulkfetch.models import Page
 from bulkfetch.runners.pool import Message, take_all
+from bulkfetch.runners.rate_shares import Shares
 
 EXCHANGE_WAIT_S = 0.5  # an actor's reply waits at most this for its worker's first message
 START_TIMEOUT_S = 120.0  # for the probes and the first actors to answer
@@ -60,7 +61,8 @@ class RayWorker:
         self.tasks: queue.Queue[Page | None] = queue.Queue()
         self.results: queue.Queue[Message] = queue.Queue()
         self.stop = threading.Event()
-        self.share = 1.0 / options.limits.workers  # of --limit-rate, as the driver moves it
+        equal = 1.0 / options.limits.workers
+        self.share = (equal, equal)  # of --limit-rate and --max-rps, as the driver moves them
         # the actor's parent is the node's raylet: when it is gone the worker stops
         self.thread = threading.Thread(
             target=worker_main, name=f"bulkfetch-worker-{worker}", daemon=True,
@@ -74,7 +76,7 @@ class RayWorker:
         return str(ray.get_runtime_context().get_node_id())
 
     def exchange(self, pages: list[Page], finish: bool, stop: bool,
-                 share: float | None = None) -> list[Message]:
+                 share: Shares | None = None) -> list[Message]:
         if share is not None:
             self.share = share
         for page in pages:
@@ -110,7 +112,7 @@ class _Actor:
     stop: bool = False
     exited: bool = False
     dead: bool = False
-    share: float | None = None  # of --limit-rate, sent with each exchange once set
+    share: Shares | None = None  # of --limit-rate and --max-rps, sent with each exchange
 
 
 class RayPool:
@@ -366,7 +368,7 @@ class RayPool:
     def kill(self) -> None:
         self.join()
 
-    def share_rate(self, shares: dict[int, float]) -> None:
+    def share_rate(self, shares: dict[int, Shares]) -> None:
         for worker, share in shares.items():
             actor = self.actors.get(worker)
             if actor is not None:
