@@ -2,7 +2,7 @@
 
 A transfer lands here when libcurl stopped its in-memory attempt at --spool-above, or at
 once: with --spool-above 0, and when its source gave a size (an S3 listing, a registry's
-descriptor) above --spool-above and under --split-above (sized_streams). Its first
+descriptor) above --spool-above and under --split-above (sized.py). Its first
 response decides (parts.split_plan): one stream into a spool (spooling.SpooledBody), or
 pieces over --parts connections written by offset into one spool (parts.RangedFile). Big
 transfers hold at most half the handles, so small files keep moving beside them; a piece is
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +27,8 @@ from bulkfetch.engine.layouts import PartLayouts
 from bulkfetch.engine.multipart import LayoutProbe
 from bulkfetch.engine.pacing import BigPacing
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
-from bulkfetch.engine.redirects import REDIRECT_STATUSES
-from bulkfetch.models import InFlight, Page
+from bulkfetch.engine.redirects import REDIRECT_STATUSES, follow_big
+from bulkfetch.models import InFlight
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ class BigFiles:
         # (state, name, url, attempt) of a stream, (..., part) of a range
         self.pending: deque[tuple[Any, ...]] = deque()
         self.active: dict[pycurl.Curl, spooling.SpooledBody | Part] = {}
-        # Streams started at once (sized_streams), not first in memory to be stopped at
+        # Streams started at once (sized.py), not first in memory to be stopped at
         # their headers: that costs a second request per file and, with the rest of its
         # body unread, its connection. Counted by the fetcher's wants_pages like its own
         # pending, so a worker takes no more pages than it can start.
@@ -140,28 +139,6 @@ class BigFiles:
                         record)
         else:
             self._begin(RangedFile(transfer, spool, plan, self.parts))
-
-    def sized_streams(self, state: Any, page: Page) -> Callable[[tuple[Any, ...]], bool] | None:
-        """Whether a transfer of `page` starts as a stream at once (self.sized), or None
-        when none of them does. Only when its source vouches for a size above --spool-above
-        and under --split-above (a bigger one is asked for whole first: its headers decide
-        about ranges), and the body's check needs nothing of the headers an in-memory
-        attempt would bring: a vouched digest, or no layout to ask (S3 parts, layouts.py).
-        A conditional page's requests stay as they are."""
-        low = self.spool_above
-        fetcher = self.fetcher
-        if not low or page.headers is not None:
-            return None
-        if fetcher.pinned is None and not (page.sizes and max(page.sizes) > low):
-            return None
-        high, pin_of = self.split_above, fetcher.pin_of
-        asks_layout = self.layouts.request is not None
-
-        def sized(transfer: tuple[Any, ...]) -> bool:
-            pinned = pin_of(transfer)
-            return (pinned is not None and low < pinned.size < high
-                    and (bool(pinned.algorithm) or not asks_layout))
-        return sized
 
     def resume(self, transfer: tuple[Any, ...]) -> bool:
         """Start `transfer` from the partial file a killed run left, asking only for the
@@ -312,7 +289,7 @@ class BigFiles:
             if isinstance(body, LayoutProbe):
                 self._go(transfer[:4], self.layouts.settled(transfer[1], body, error))
             elif self.fetcher.follows and body.status in REDIRECT_STATUSES:
-                self._redirected(transfer, body, header_value(self.fetcher.buffers[handle][1],
+                follow_big(self, transfer, body, header_value(self.fetcher.buffers[handle][1],
                                                               b"location"))
             elif isinstance(body, Part):
                 self._part_completed(transfer, body, error)
@@ -320,32 +297,6 @@ class BigFiles:
                 self._stream_completed(body, error)
         finally:
             self._free(handle)
-
-    def _redirected(self, transfer: tuple[Any, ...], body: spooling.SpooledBody | Part,
-                    location: str | None) -> None:
-        """A redirect the engine follows itself (Fetcher.follows: requests carry the user's
-        headers), for a big body (--spool-above 0, a retry from the listed URL) or a piece
-        of one (a partial file resumed from its listed URL): asked again at the Location,
-        with that host's headers (Fetcher.sign), at most MAX_HOPS hops. A piece moves its
-        whole file there."""
-        fetcher = self.fetcher
-        ranged = body.file if isinstance(body, Part) else None
-        if ranged is not None and ranged.cancelled:
-            return
-        if ranged is None:
-            body.spool.discard()  # type: ignore[union-attr]
-        state, name, url, attempt = transfer[:4]
-        target, why = fetcher._hop(state, name, url, location)
-        if target is None:
-            if ranged is not None:
-                self._drop(ranged)
-            fetcher._fail(state, name, why, attempt, url, in_gate=False)
-            return
-        if ranged is None:
-            self.pending.appendleft((state, name, target, attempt))
-            return
-        ranged.transfer = (state, name, target, ranged.transfer[3])
-        self.pending.appendleft((state, name, target, attempt, body))
 
     def _stream_completed(self, body: spooling.SpooledBody,
                           error: tuple[int, str] | None) -> None:

@@ -4,7 +4,6 @@ either stored or failed."""
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import random
@@ -21,6 +20,7 @@ from bulkfetch.config import GetOptions
 from bulkfetch.digest import SMALL_BODY, builtin_md5, openssl_md5
 from bulkfetch.engine.adaptive import Controller, open_file_ceiling
 from bulkfetch.engine.big import BigFiles
+from bulkfetch.engine.coordinator_side import LATENCY_SLOTS, CoordinatorSide
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
     TLS_FATAL_ERRORS,
@@ -42,18 +42,12 @@ from bulkfetch.engine.digests import (
     states_digest,
 )
 from bulkfetch.engine.host_windows import HostWindows
-from bulkfetch.engine.hosts import HostGate, count_by_host, host_of
+from bulkfetch.engine.hosts import HostGate, host_of
 from bulkfetch.engine.redirects import REDIRECT_STATUSES
 from bulkfetch.engine.request_headers import RequestHeaders
+from bulkfetch.engine.sized import sized_streams
 from bulkfetch.engine.stated import SHA256, stated_md5, unlike_listing
-from bulkfetch.models import (
-    LATENCY_BUCKETS,
-    Failure,
-    Page,
-    PageReport,
-    Tick,
-    largest_first,
-)
+from bulkfetch.models import Failure, Page, PageReport
 from bulkfetch.names import check_name
 from bulkfetch.sinks.base import Sink, SinkFailure, Writer
 from bulkfetch.sources.base import Source, data_url_body, unusable_name
@@ -93,7 +87,6 @@ class _PageState:
 _Transfer = tuple[_PageState, str, str, int]
 
 
-HOSTS_EVERY_S = 1.0  # with --metrics: how often a tick counts the transfers by host
 # multi.select() is select(2) over curl_multi_fdset(), which leaves out every socket numbered
 # 1024 or more (FD_SETSIZE). With more handles than this, some transfers' sockets cannot
 # wake the loop, so it looks again at least every HIGH_FD_WAIT_S. (libcurl's socket-action
@@ -106,7 +99,7 @@ HIGH_FD_WAIT_S = 0.005
 _MD5_MISMATCH = "MD5 of the body does not match the server's ETag/Content-MD5"
 
 
-class Fetcher(RequestHeaders):
+class Fetcher(RequestHeaders, CoordinatorSide):
     def __init__(self, options: GetOptions, source: Source, sink: Sink, worker: int = 0,
                  rng: random.Random | None = None) -> None:
         self.options = options
@@ -185,7 +178,7 @@ class Fetcher(RequestHeaders):
         self.first_host: str | None = None
         # --metrics: requests by latency bucket (the last one +Inf) and their summed seconds
         self.latency: list[int] | None = \
-            [0] * (len(LATENCY_BUCKETS) + 1) if options.metrics else None
+            [0] * LATENCY_SLOTS if options.metrics else None
         self.latency_sum = 0.0
         self.hosts: tuple[tuple[str, int], ...] = ()  # in flight by host, counted per second
         self.host_limits: tuple[tuple[str, int], ...] = ()  # ... and their limits (auto)
@@ -297,7 +290,7 @@ class Fetcher(RequestHeaders):
         partials, resume = self.big.partials, self.big.resume
         if self.controller is not None and self.windows is None:
             self._look_for_hosts(ready)
-        sized = self.big.sized_streams(state, page)
+        sized = sized_streams(self, state, page)
         for name, url in ready:
             transfer = (state, name, url, 1)
             if partials and name in partials and resume(transfer):
@@ -347,7 +340,7 @@ class Fetcher(RequestHeaders):
         state = self._begin(page, page.names)
         # --spool-above 0: every body streams (libcurl reads MAXFILESIZE 0 as no limit).
         queue = self.pending if self.spool_above else self.big.pending
-        sized = self.big.sized_streams(state, page)
+        sized = sized_streams(self, state, page)
         if not self.big.partials and sized is None:
             queue.extend(zip(repeat(state), page.names, urls, repeat(1)))
         else:  # partial files a killed run left, or bodies the listing sized as big
@@ -468,11 +461,6 @@ class Fetcher(RequestHeaders):
                     self.gate.wake_hosts(rose)  # type: ignore[union-attr]
         finished, self.finished = self.finished, []
         return finished
-
-    def _timed(self, seconds: float) -> None:
-        """--metrics: one request took `seconds` (its bucket of the latency histogram)."""
-        self.latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1  # type: ignore[index]
-        self.latency_sum += seconds
 
     def _next_due(self) -> float:
         """Seconds until a retry is due or a parked host may be asked again."""
@@ -686,62 +674,7 @@ class Fetcher(RequestHeaders):
         fetched, self.fetched = self.fetched, 0
         return fetched
 
-    # -- reporting and stopping ----------------------------------------------------------
-    def tick(self) -> Tick:
-        live = self.live
-        gate = self.gate
-        if gate is not None and (gate.count or (self.big.pacing is not None
-                                                and self.big.pacing.held)):
-            self.held_ticks += 1
-        partial, largest = 0, ()
-        if self.spooling or self.big.ranged:  # (a ranged file's pieces may all wait)
-            partial, entries = self.big.in_flight()
-            largest = tuple(sorted(entries, key=largest_first)[:self.options.shown_in_flight])
-        latency: tuple[int, ...] = ()
-        if self.latency is not None:
-            latency = tuple(self.latency)
-            now = time.monotonic()
-            if now - self.hosts_counted >= HOSTS_EVERY_S:
-                self._count_hosts()
-                self.hosts_counted = now
-        return Tick(self.worker, self.files_ok + sum(state.ok for state in live),
-                    self.files_failed, self.bytes + sum(state.bytes for state in live),
-                    self.retries, self.in_flight, partial, largest, self.big.restarts,
-                    self.big.size_only, tuple(self.checked), self.window, self.peak_window,
-                    latency, self.latency_sum, self.hosts, self.host_limits,
-                    self.not_modified, self.big.continued, self.held_ticks)
-
-    def set_rate_share(self, of_bytes: float, of_requests: float) -> None:
-        """This worker's new shares (fractions) of --limit-rate, which its hosts' byte
-        buckets and every handle's cap follow, and of --max-rps (runners/rate_shares.py)."""
-        gate, limits = self.gate, self.options.limits
-        if gate is None:
-            return
-        if limits.max_rps and gate.max_rps > 0:
-            requests = max(0.01, limits.max_rps * of_requests)
-            if abs(requests - gate.max_rps) >= 0.01 * limits.max_rps:
-                gate.set_request_rate(requests)
-        rate = limits.limit_rate
-        if not rate or gate.byte_rate <= 0:
-            return
-        new = max(1.0, rate * of_bytes)
-        if abs(new - gate.byte_rate) < 0.01 * rate:
-            return
-        gate.set_byte_rate(new)
-        self.handle_rate = max(1, int(new))
-        for handle in self.handles:  # (between turns of the multi: no callback runs now)
-            handle.setopt(pycurl.MAX_RECV_SPEED_LARGE, self.handle_rate)
-
-    def _count_hosts(self) -> None:
-        """Transfers in flight by host and, under --concurrency auto, their limits."""
-        idle = set(self.free)
-        urls = [self.transfer_of[handle][2] for handle in self.handles if handle not in idle]
-        limit_of = None
-        if self.controller is not None:  # one host alone: the worker's limit is its own
-            limit_of = self.windows.limit if self.windows is not None else \
-                (lambda host: self.window)
-        self.hosts, self.host_limits = count_by_host(urls, limit_of)
-
+    # -- stopping ----------------------------------------------------------------------
     @property
     def in_flight(self) -> int:
         return len(self.handles) - len(self.free)

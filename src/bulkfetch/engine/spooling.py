@@ -99,7 +99,7 @@ class SpooledBody:
             # Another size or digest than the listing's: the object changed since (or the
             # source lies). Said before a byte is taken, and not retried, as for a body
             # stopped at --spool-above (big.too_big); a stream started at once by its
-            # listed size (big.sized_streams) meets it here first.
+            # listed size (sized.py) meets it here first.
             wrong = self.pinned.contradicts(self.pinned.size if self.total < 0 else self.total,
                                             self.stated)
             if wrong is not None:
