@@ -96,11 +96,17 @@ class Stream:
     def _run(self) -> Iterator[tuple[str, bytes | FetchError]]:
         from bulkfetch.engine.range_lister import lister_from_start
         from bulkfetch.runners.pool import ProcessPool
+        from bulkfetch.runners.rate_shares import RateShares
         from bulkfetch.sources import make_source
 
         options = self.options
         source = make_source(options)
         pool = ProcessPool(options)
+        limits = options.limits
+        # --limit-rate / --max-rps moved to the workers that wait on them, as get does
+        balancer = RateShares(limits.workers, limits.limit_rate, limits.max_rps) \
+            if (limits.limit_rate or limits.max_rps) and limits.workers > 1 else None
+        ticks: dict[int, Any] = {}
         lister = lister_from_start(source, options)
         ahead = options.limits.max_pages_out
         pages_out = 0
@@ -126,6 +132,8 @@ class Stream:
                         self.files += 1
                         self.bytes += len(message[2])
                         yield message[1], message[2]
+                    elif kind == "tick":
+                        ticks[message[1].worker] = message[1]
                     elif kind == "pages":
                         pages_out -= message[1]
                         for report in message[2]:
@@ -135,6 +143,10 @@ class Stream:
                         error = UsageError if len(message) > 2 and message[2] else \
                             BulkfetchError
                         raise error(message[1])
+                if balancer is not None:
+                    shares = balancer.look(ticks.values(), time.monotonic())
+                    if shares is not None:
+                        pool.share_rate(shares)
                 dead = pool.dead()
                 if dead is not None:
                     raise BulkfetchError(dead)

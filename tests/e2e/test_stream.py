@@ -101,6 +101,21 @@ def test_a_big_body_arrives_whole(tmp_path) -> None:  # type: ignore[no-untyped-
     assert sorted(len(body) for body in got.values()) == [3 << 20] * 3  # type: ignore[arg-type]
 
 
+def test_limit_rate_goes_to_the_worker_that_has_the_bytes() -> None:
+    """One page of 4 files of 4 MiB: one worker has them all, and held half of
+    limit_rate with two workers; the shares move to it as in `get` (rate_shares.py)."""
+    from bulkfetch.testing import ReferenceServer
+
+    rate = 4 << 20
+    with ReferenceServer("--files", "4", "--file-size", "4m") as big, \
+            bulkfetch.stream(big.url, workers=2, limit_rate=rate) as files:
+        started = time.monotonic()
+        got = dict(files)
+        took = time.monotonic() - started
+    assert sorted(len(body) for body in got.values()) == [4 << 20] * 4  # type: ignore[arg-type]
+    assert 0.75 * rate <= (16 << 20) / took <= 1.1 * rate, (16 << 20) / took / rate
+
+
 def test_options_a_stream_decides_are_refused(server) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UsageError, match="not take restart, sink: a stream keeps nothing on disk"):
         Stream(server.url, sink="tar", restart=True)
