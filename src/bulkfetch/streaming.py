@@ -102,10 +102,8 @@ class Stream:
         options = self.options
         source = make_source(options)
         pool = ProcessPool(options)
-        limits = options.limits
         # --limit-rate / --max-rps moved to the workers that wait on them, as get does
-        balancer = RateShares(limits.workers, limits.limit_rate, limits.max_rps) \
-            if (limits.limit_rate or limits.max_rps) and limits.workers > 1 else None
+        balancer = RateShares.of_run(options.limits)
         ticks: dict[int, Any] = {}
         lister = lister_from_start(source, options)
         ahead = options.limits.max_pages_out

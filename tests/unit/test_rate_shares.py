@@ -111,3 +111,12 @@ def test_both_limits_move_each_by_its_own_unit() -> None:
     assert found is not None and set(found) == {0, 1}
     assert found[0] == pytest.approx((FLOOR / 2, 0.5))
     assert found[1] == pytest.approx((1 - FLOOR / 2, 0.5))
+
+
+def test_a_run_balances_only_with_a_limit_and_two_workers_or_more() -> None:
+    from bulkfetch.config import Limits
+
+    assert RateShares.of_run(Limits(workers=2)) is None  # no limit
+    assert RateShares.of_run(Limits(workers=1, limit_rate=1000)) is None
+    found = RateShares.of_run(Limits(workers=2, max_rps=10))
+    assert found is not None and found.bytes is None and found.requests is not None

@@ -66,6 +66,12 @@ def count_by_host(urls: Iterable[str], limit_of: Callable[[str], int] | None = N
     return tuple(sorted(shown.items())), tuple(sorted(limits.items()))
 
 
+def burst_of(rate: float) -> float:
+    """A bucket's burst at `rate`: a tenth of a second's worth (smooth within 5% over
+    seconds, and a worker that just started is not held back), at least one."""
+    return max(1.0, rate / 10)
+
+
 class TokenBucket:
     """`rate` tokens a second, at most `burst` saved up; starts full."""
 
@@ -213,10 +219,8 @@ class HostGate:
         if self.max_rps > 0:
             bucket = self.buckets.get(host)
             if bucket is None:
-                # A tenth of a second's requests may go at once: smooth within 5% over
-                # seconds, and a worker that just started is not held back.
                 bucket = self.buckets[host] = TokenBucket(
-                    self.max_rps, max(1.0, self.max_rps / 10), self.clock)
+                    self.max_rps, burst_of(self.max_rps), self.clock)
             wait = bucket.take()
             if wait > 0.0:
                 return wait
@@ -245,20 +249,19 @@ class HostGate:
         """This worker's new share of --limit-rate (runners/rate_shares.py), for every
         host from now on."""
         self.byte_rate = rate
-        for bucket in self.byte_buckets.values():
-            bucket.retune(rate, max(1.0, rate / 10))
-        self._look_again()
+        self._retune(self.byte_buckets.values(), rate)
 
     def set_request_rate(self, rate: float) -> None:
         """This worker's new share of --max-rps, for every host from now on."""
         self.max_rps = rate
-        for bucket in self.buckets.values():
-            bucket.retune(rate, max(1.0, rate / 10))
-        self._look_again()
+        self._retune(self.buckets.values(), rate)
 
-    def _look_again(self) -> None:
-        """Hosts parked were set to wake by the old rate: look at them now (release() parks
-        again those still held, until when the new rate says)."""
+    def _retune(self, buckets: Iterable[TokenBucket], rate: float) -> None:
+        """`buckets` at `rate` from now on. Hosts parked were set to wake by the old rate:
+        they are looked at now (release() parks again those still held, until when the
+        new rate says)."""
+        for bucket in buckets:
+            bucket.retune(rate, burst_of(rate))
         now = self.clock()
         for host in self.parked:
             heapq.heappush(self.wake, (now, host))
@@ -267,7 +270,7 @@ class HostGate:
         bucket = self.byte_buckets.get(host)
         if bucket is None:  # a tenth of a second's bytes may come at once
             bucket = self.byte_buckets[host] = TokenBucket(
-                self.byte_rate, max(1.0, self.byte_rate / 10), self.clock)
+                self.byte_rate, burst_of(self.byte_rate), self.clock)
         return bucket
 
     def received(self, url: str, size: int) -> None:

@@ -78,11 +78,9 @@ class Coordinator:
         self.requeue: deque[Page] = deque()
         self.pages_reassigned = 0
         self.lost_workers: dict[int, str] = {}  # worker -> why it was lost
-        limits = options.limits
         # --limit-rate and --max-rps over several workers: shares moved to where the bytes
         # and requests are wanted
-        self.balancer = RateShares(limits.workers, limits.limit_rate, limits.max_rps) \
-            if (limits.limit_rate or limits.max_rps) and limits.workers > 1 else None
+        self.balancer = RateShares.of_run(options.limits)
 
     # -- progress ------------------------------------------------------------------------
     def progress(self, started: float) -> Progress:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 
+from bulkfetch.config import Limits
 from bulkfetch.models import Tick
 
 BALANCE_S = 0.5
@@ -119,6 +120,13 @@ class RateShares:
         self.bytes = RateBalancer(workers, byte_rate, bytes_moved) if byte_rate else None
         self.requests = RateBalancer(workers, request_rate, requests_done) \
             if request_rate else None
+
+    @classmethod
+    def of_run(cls, limits: Limits) -> RateShares | None:
+        """The balancers a run's limits need; None with no limit or one worker."""
+        if not (limits.limit_rate or limits.max_rps) or limits.workers < 2:
+            return None
+        return cls(limits.workers, limits.limit_rate, limits.max_rps)
 
     def look(self, ticks: Iterable[Tick], now: float,
              gone: Collection[int] = ()) -> dict[int, Shares] | None:
