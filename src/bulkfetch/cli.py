@@ -297,7 +297,7 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
 
 def _dry_run(options: GetOptions, quiet: bool) -> int:
     """get --sync --dry-run: each file --delete would remove on stdout, counts on stderr."""
-    from bulkfetch.report import safe_name
+    from bulkfetch.redact import safe_name
     from bulkfetch.sync import dry_run
 
     try:

@@ -2,7 +2,7 @@
 
 The commands are plain click commands; cli.py registers them on the main group. Names are
 untrusted (they came from a server, and an index can be tampered with): on stdout and stderr
-they are always escaped with report.safe_name, never written raw. Exit status: 0 all well,
+they are always escaped with redact.safe_name, never written raw. Exit status: 0 all well,
 1 some name missing or some file unreadable, corrupt or not written, 2 usage error.
 """
 
@@ -25,7 +25,7 @@ from bulkfetch.errors import BulkfetchError, DataUnreadable, UsageError
 from bulkfetch.extract import ExtractResult
 from bulkfetch.extract import extract as extract_files
 from bulkfetch.names import PATH_MAX
-from bulkfetch.report import safe_name, safe_text
+from bulkfetch.redact import safe_name, safe_text
 
 __all__ = ["cat", "extract", "ls"]
 

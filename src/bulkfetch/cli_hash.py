@@ -39,7 +39,7 @@ from bulkfetch.hashing import (
     verify_members,
 )
 from bulkfetch.progress import BAR_WIDTH, RateWindow, hms
-from bulkfetch.report import safe_name, safe_text
+from bulkfetch.redact import safe_name, safe_text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

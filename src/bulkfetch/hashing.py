@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import hashlib
 import mmap
 import os
 import stat
@@ -34,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from bulkfetch.digest import md5_hex
 from bulkfetch.errors import UsageError
 from bulkfetch.hashfile import ALGORITHMS, CheckEntry
 from bulkfetch.hashpool import Tick, WorkerPool
@@ -59,6 +57,7 @@ CHUNK = 128 << 10
 ADVISE_ABOVE = 4 * CHUNK  # posix_fadvise costs a syscall: only where readahead pays
 TICK_BYTES = 8 << 20  # a worker publishes its byte count this often within a file
 BLAKE3_THREADS_ABOVE = 32 << 20  # BLAKE3 on all cores from here; rayon's split pays
+BLAKE3_SLICE = 256 << 20  # a mapped file is hashed and counted this much at a time
 BATCH_FILES = 256
 BATCH_BYTES = 64 << 20
 
@@ -197,6 +196,8 @@ def _new_hash(algo: str, *, threads: bool = False) -> Callable[[], Any]:
         from blake3 import blake3
 
         return functools.partial(blake3, max_threads=blake3.AUTO if threads else 1)
+    import hashlib  # here, not at the top: a BLAKE3 run does without OpenSSL's start-up
+
     return functools.partial(getattr(hashlib, algo), usedforsecurity=False)
 
 
@@ -256,14 +257,17 @@ class _FileHasher:
     def _blake3_mapped(self, fd: int) -> str | None:
         """BLAKE3 of a big regular file on all cores, or None for anything else. The file is
         mapped: a file truncated while it is hashed ends this worker with SIGBUS, and the
-        run then stops with an error rather than a wrong digest."""
+        run then stops with an error rather than a wrong digest. It is fed in slices of
+        BLAKE3_SLICE so that the bar moves on slow storage (as fast as one update here)."""
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
             return None
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
-            digest = _new_hash("blake3", threads=True)()
-            digest.update(mapped)
-        self._tick(info.st_size)
+        digest = _new_hash("blake3", threads=True)()
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+            for start in range(0, len(view), BLAKE3_SLICE):
+                with view[start:start + BLAKE3_SLICE] as piece:
+                    digest.update(piece)
+                    self._tick(len(piece))
         return str(digest.hexdigest())
 
 
@@ -284,6 +288,10 @@ class _MemberHasher:
         self._shard: str | None = None
         self._fd: int | OSError = -1
         self._buffer = bytearray(CHUNK)
+        from bulkfetch.digest import md5_hex  # the builtin MD5 is faster on small members
+
+        self._md5_hex = md5_hex
+        self._md5 = _new_hash("md5")
 
     def __call__(self, batch: tuple[str, list[Member]]) -> list[Digest]:
         shard, members = batch
@@ -328,13 +336,13 @@ class _MemberHasher:
                 if len(body) != size:
                     return self._short()
                 self._tick(size)
-                return md5_hex(body)
+                return self._md5_hex(body)
             return self._read_large(fd, offset, size)
         except OSError as exc:
             return _failure(exc.errno or errno.EIO, f"shard {self._shard}: {exc.strerror}")
 
     def _read_large(self, fd: int, offset: int, size: int) -> Digest:
-        digest = hashlib.md5(usedforsecurity=False)
+        digest = self._md5()
         buffer, view = self._buffer, memoryview(self._buffer)
         end = offset + size
         while offset < end:

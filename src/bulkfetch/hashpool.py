@@ -4,6 +4,7 @@ file and tar-member hashers on it."""
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import signal
 from collections.abc import Callable, Iterable, Iterator
@@ -63,21 +64,25 @@ class WorkerPool(Generic[P, R]):
         self._size = workers
         self.window = window if window is not None else WINDOW_PER_WORKER * workers
         self._context = multiprocessing.get_context("fork")
-        self._counts = self._context.RawArray("q", workers)
+        # bytes read per worker, in memory shared across the fork (no ctypes to import)
+        self._counts = memoryview(mmap.mmap(-1, 8 * workers)).cast("q")
         self._workers: list[_Worker] = []
 
     def __enter__(self) -> WorkerPool[P, R]:
-        for slot in range(self._size):
-            ours, theirs = self._context.Pipe(duplex=True)
-            process = self._context.Process(
-                target=_worker_main,
-                args=(theirs, self._make_work, self._counts, slot,
-                      [ours, *(worker.conn for worker in self._workers)]),
-                name=f"bulkfetch-hash-{slot}", daemon=True)
-            process.start()
-            theirs.close()
-            self._workers.append(_Worker(ours, process))
-        return self
+        return self  # workers start as batches come for them: one batch, one fork
+
+    def _start(self) -> _Worker:
+        ours, theirs = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=_worker_main,
+            args=(theirs, self._make_work, self._counts, len(self._workers),
+                  [ours, *(worker.conn for worker in self._workers)]),
+            name=f"bulkfetch-hash-{len(self._workers)}", daemon=True)
+        process.start()
+        theirs.close()
+        worker = _Worker(ours, process)
+        self._workers.append(worker)
+        return worker
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         for worker in self._workers:
@@ -105,7 +110,11 @@ class WorkerPool(Generic[P, R]):
         sent = given = 0
         upcoming = next(source, None)
         while True:
-            while upcoming is not None and idle and sent < given + self.window:
+            while upcoming is not None and sent < given + self.window:
+                if not idle:
+                    if len(self._workers) == self._size:
+                        break
+                    idle.append(self._start())
                 payload, context = upcoming
                 worker = idle.pop()
                 worker.conn.send(payload)

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 
 from rich.filesize import decimal
 
-from bulkfetch.models import InFlight, Progress
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the models load with `get`; `bulkfetch hash` borrows only the rates
     from rich.console import Console, RenderableType
+
+    from bulkfetch.models import InFlight, Progress
 
 __all__ = [
     "Display",
@@ -312,6 +312,8 @@ class RichDisplay:
         from rich.console import Console
         from rich.live import Live
         from rich.spinner import Spinner
+
+        from bulkfetch.models import Progress
 
         self.console = console if console is not None else Console(stderr=True)
         self._clock = clock

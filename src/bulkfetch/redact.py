@@ -15,13 +15,17 @@ failures) and the terminal summary. RELIABILITY.md, hostile case 11.
   them once, and every occurrence in any text becomes `***`, URL or not.
 
 Masking is idempotent, never raises, and leaves text without URLs or secrets untouched.
+safe_text() and safe_name() add what a terminal needs on top: control characters escaped and
+a length cut (kept here, not in report.py, so `bulkfetch hash` prints names without loading
+the report's JSON and table code).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["MASK", "redact_text", "redact_url", "redact_value", "register_secret"]
+__all__ = ["MASK", "TEXT_LIMIT", "USAGE_TEXT_LIMIT", "redact_text", "redact_url", "redact_value",
+           "register_secret", "safe_name", "safe_text"]
 
 MASK = "***"
 
@@ -111,3 +115,38 @@ def redact_value(value: object) -> object:
     if isinstance(value, list | tuple):
         return [redact_value(v) for v in value]
     return value
+
+
+# -- text for the terminal --------------------------------------------------------------
+
+TEXT_LIMIT = 200  # characters of a remote string shown on the terminal
+# An exit status 2 message says what the user must change (how to trust a certificate...):
+# it is ours, holding at most a short remote part, and cut at 200 it would lose the remedy.
+USAGE_TEXT_LIMIT = 600
+
+
+def safe_text(value: str, limit: int = TEXT_LIMIT) -> str:
+    """`value` with URL secrets masked and every non-printable character escaped in place,
+    cut to about `limit`."""
+    value = redact_text(value)
+    cut = value[:limit]
+    if not cut.isprintable():
+        cut = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return cut + _cut_note(value, limit)
+
+
+def safe_name(name: str, limit: int = TEXT_LIMIT) -> str:
+    """A remote name for the terminal: as is when plain, else its Python repr (quoted).
+
+    Names holding a backslash are quoted too, so a name that literally reads `\\x1b` cannot
+    pass for an escaped ESC.
+    """
+    name = redact_text(name)
+    cut = name[:limit]
+    if not cut.isprintable() or "\\" in cut:
+        cut = repr(cut)
+    return cut + _cut_note(name, limit)
+
+
+def _cut_note(value: str, limit: int) -> str:
+    return f"… ({len(value):,} characters)" if len(value) > limit else ""

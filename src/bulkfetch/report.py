@@ -22,7 +22,7 @@ from rich.filesize import decimal
 
 from bulkfetch.atomic import write_durably
 from bulkfetch.models import Report
-from bulkfetch.redact import redact_text, redact_value
+from bulkfetch.redact import USAGE_TEXT_LIMIT, redact_text, redact_value, safe_name, safe_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,47 +33,12 @@ __all__ = [
     "SUMMARY_FAILURES",
     "print_summary",
     "report_dict",
-    "safe_name",
-    "safe_text",
     "summary_table",
     "write_report",
 ]
 
 MAX_REPORT_FAILURES = 1000  # failures listed in the JSON report
 SUMMARY_FAILURES = 10  # failures listed on the terminal
-TEXT_LIMIT = 200  # characters of a remote string shown on the terminal
-# An exit status 2 message says what the user must change (how to trust a certificate...):
-# it is ours, holding at most a short remote part, and cut at 200 it would lose the remedy.
-USAGE_TEXT_LIMIT = 600
-
-
-def safe_text(value: str, limit: int = TEXT_LIMIT) -> str:
-    """`value` with URL secrets masked and every non-printable character escaped in place,
-    cut to about `limit`."""
-    value = redact_text(value)
-    cut = value[:limit]
-    if not cut.isprintable():
-        cut = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
-    return cut + _cut_note(value, limit)
-
-
-def safe_name(name: str, limit: int = TEXT_LIMIT) -> str:
-    """A remote name for the terminal: as is when plain, else its Python repr (quoted).
-
-    Names holding a backslash are quoted too, so a name that literally reads `\\x1b` cannot
-    pass for an escaped ESC.
-    """
-    name = redact_text(name)
-    cut = name[:limit]
-    if not cut.isprintable() or "\\" in cut:
-        cut = repr(cut)
-    return cut + _cut_note(name, limit)
-
-
-def _cut_note(value: str, limit: int) -> str:
-    return f"… ({len(value):,} characters)" if len(value) > limit else ""
-
-
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.2f} s"

@@ -273,9 +273,16 @@ def test_pool_stops_with_an_error_when_a_worker_dies() -> None:
 
 def test_pool_leaves_no_process_behind() -> None:
     with WorkerPool(3, slow_first) as pool:  # type: ignore[arg-type]
-        processes = [worker.process for worker in pool._workers]
         assert list(pool.map(([n], n) for n in range(1, 5)))  # type: ignore[arg-type]
-    assert not any(process.is_alive() for process in processes)
+        processes = [worker.process for worker in pool._workers]
+    assert len(processes) == 3 and not any(process.is_alive() for process in processes)
+
+
+def test_pool_forks_only_as_many_workers_as_there_are_batches() -> None:
+    with WorkerPool(4, slow_first) as pool:  # type: ignore[arg-type]
+        assert not pool._workers  # nothing forked before there is work
+        assert list(pool.map([([1], 1)])) == [(1, ["r1"])]  # type: ignore[arg-type]
+        assert len(pool._workers) == 1
 
 
 # -- the runs on real files -------------------------------------------------------------------
@@ -318,6 +325,18 @@ def test_blake3_matches_the_package_for_small_and_threaded_files(tmp_path: Path)
     assert got == {str(tmp_path / "big"): blake3(big).hexdigest(),
                    str(tmp_path / "empty"): blake3(b"").hexdigest(),
                    str(tmp_path / "small"): blake3(small).hexdigest()}
+
+
+def test_a_mapped_blake3_file_is_counted_slice_by_slice(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    blake3 = pytest.importorskip("blake3").blake3
+    monkeypatch.setattr(hashing, "BLAKE3_SLICE", 1 << 20)
+    body = os.urandom(hashing.BLAKE3_THREADS_ABOVE + 12345)
+    (tmp_path / "big").write_bytes(body)
+    ticks: list[int] = []
+    hasher = hashing._FileHasher("blake3", ticks.append)
+    assert hasher([(str(tmp_path / "big"), len(body))]) == [blake3(body).hexdigest()]
+    assert len(ticks) == 33 and sum(ticks) == len(body)  # the bar moves within the file
 
 
 def test_check_entries_hash_the_listed_paths(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from bulkfetch.journal import Journal
 from bulkfetch.models import Failure, PageReport, Report
-from bulkfetch.redact import MASK, redact_text, redact_url, redact_value
-from bulkfetch.report import report_dict, safe_name, safe_text
+from bulkfetch.redact import MASK, redact_text, redact_url, redact_value, safe_name, safe_text
+from bulkfetch.report import report_dict
 
 SECRETS = ("s3cr3t", "SECRETSIG", "AKIDSECRET", "ghp_TOKEN", "SESSIONTOKEN")
 SIGNED = ("https://bucket.s3.amazonaws.com/a/b.bin?X-Amz-Algorithm=AWS4-HMAC-SHA256"
