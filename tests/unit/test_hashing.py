@@ -8,6 +8,7 @@ import errno
 import hashlib
 import io
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -261,21 +262,47 @@ def dies_on_three(tick: hashing.Tick) -> object:
     def work(batch: list[int]) -> list[str]:
         if batch[0] == 3:
             os._exit(7)
+        if batch[0] == 103:  # as a mapped file truncated under BLAKE3 ends it
+            os.kill(os.getpid(), signal.SIGBUS)
         return ["ok"]
     return work
 
 
-def test_pool_stops_with_an_error_when_a_worker_dies() -> None:
-    with pytest.raises(BulkfetchError, match="stopped unexpectedly"), \
+@pytest.mark.parametrize(("first", "status"), [(0, 7), (100, -signal.SIGBUS)])
+def test_pool_stops_with_an_error_when_a_worker_dies(first: int, status: int) -> None:
+    with pytest.raises(BulkfetchError, match=rf"stopped unexpectedly \(exit status {status}\)"), \
             WorkerPool(2, dies_on_three) as pool:  # type: ignore[arg-type]
-        list(pool.map(([n], n) for n in range(10)))  # type: ignore[arg-type]
+        list(pool.map(([n], n) for n in range(first, first + 10)))  # type: ignore[arg-type]
 
 
 def test_pool_leaves_no_process_behind() -> None:
     with WorkerPool(3, slow_first) as pool:  # type: ignore[arg-type]
         assert list(pool.map(([n], n) for n in range(1, 5)))  # type: ignore[arg-type]
-        processes = [worker.process for worker in pool._workers]
-    assert len(processes) == 3 and not any(process.is_alive() for process in processes)
+        pids = [worker.pid for worker in pool._workers]
+    assert len(pids) == 3 and set(pool._exit_codes) == set(pids)  # every one reaped
+    assert set(pool._exit_codes.values()) == {0}  # each left when told, none was killed
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def stuck_on_one(tick: hashing.Tick) -> object:
+    def work(batch: list[int]) -> list[str]:
+        if batch[0] == 1:
+            time.sleep(60)
+        return ["ok"]
+    return work
+
+
+def test_pool_stops_busy_workers_when_the_run_is_cut_short() -> None:
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), \
+            WorkerPool(2, stuck_on_one) as pool:  # type: ignore[arg-type]
+        for _ in pool.map(([n], n) for n in range(4)):  # type: ignore[arg-type]
+            raise KeyboardInterrupt  # Ctrl-C at the first answer: batch 1 is still running
+    codes = list(pool._exit_codes.values())  # (the idle one may leave before its SIGTERM)
+    assert len(codes) == 2 and -signal.SIGTERM in codes and set(codes) <= {0, -signal.SIGTERM}
+    assert time.monotonic() - started < 10  # stopped, not waited for
 
 
 def test_pool_forks_only_as_many_workers_as_there_are_batches() -> None:
