@@ -172,7 +172,11 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
               help="tar: start a new shard after this many files (at a page boundary).")
 @click.option("--shard-size", default="1g", show_default=True, metavar="BYTES",
               help="tar: ... or after this many bytes (k/m/g suffixes).")
-@click.option("--no-verify", is_flag=True, help="Skip the MD5 check against ETag/Content-MD5.")
+@click.option("--no-verify", is_flag=True,
+              help="Check sizes only: no body is hashed and no digest (ETag, Content-MD5, "
+                   "Repr-Digest) checked, so no MD5 is recorded either (`hash --dest` and "
+                   "`--sync` cannot vouch for such files). Saves the hashing CPU on big "
+                   "files.")
 @click.option("--retries", type=click.IntRange(min=0), default=8, show_default=True,
               help="Retries per file (and per list page) after the first attempt.")
 @click.option("--max-retry-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,

@@ -219,6 +219,36 @@ def test_big_files_in_ranges_under_faults(tmp_path: Path, sink: str) -> None:
                     for m in archive} == want
 
 
+@pytest.mark.parametrize("sink", ["dir", "tar"])
+@pytest.mark.parametrize("split_above", ["1g", "4m"], ids=["streamed", "ranged"])
+def test_no_verify_stores_big_bodies_as_sent(tmp_path: Path, split_above: str,
+                                             sink: str) -> None:
+    # Every body corrupted: stored as sent and never retried. dir records no MD5 for them,
+    # as for small files (README: "a download with --no-verify records none"); tar indexes
+    # the MD5 of the bytes it stored, as for small files, so reads and hash --dest agree.
+    with ReferenceServer("--files", "2", "--file-size", "6m", "--corrupt-rate", "1") as server:
+        proc, report = get(server.url, tmp_path / "d", tmp_path / "r.json", "--no-verify",
+                           "--split-above", split_above, "--parts", "3", "--sink", sink,
+                           "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert report["files_ok"] == 2 and report["retries"] == 0
+    want = expected(2, "6m")
+    if sink == "dir":
+        stored = {name: (tmp_path / "d" / name).read_bytes() for name in want}
+    else:
+        with tarfile.open(next((tmp_path / "d").glob("*.tar"))) as archive:
+            stored = {m.name: archive.extractfile(m).read() for m in archive}  # type: ignore[union-attr]
+    assert set(stored) == set(want)
+    for name, body in stored.items():
+        assert len(body) == 6 << 20 and hashlib.md5(body).hexdigest() != want[name]
+    checked = subprocess.run([sys.executable, "-m", "bulkfetch", "hash", "--dest",
+                              str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
+    if sink == "dir":
+        assert checked.returncode == 2 and "--no-verify" in checked.stderr, checked.stderr
+    else:
+        assert checked.returncode == 0, checked.stderr
+
+
 @pytest.mark.parametrize("switch", ["--ignore-ranges", "--wrong-content-range"])
 def test_a_server_that_ignores_or_mislabels_ranges_ends_correct(tmp_path: Path,
                                                                switch: str) -> None:

@@ -167,6 +167,8 @@ class BigFiles:
     def _begin(self, ranged: RangedFile, record: resume.PartialRecord | None = None) -> None:
         """Start `ranged`, a new file or one `record` left."""
         ranged.in_line = self.hash_in_line
+        if not self.fetcher.verify:
+            ranged.unverified()
         ranged.recorded = ranged.written
         ranged.recorded_at = ranged.durable_at = time.monotonic()
         if record is not None:
@@ -205,7 +207,8 @@ class BigFiles:
         handle = fetcher.free.pop()
         body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1],
                                     pinned=fetcher.pin_of(transfer),
-                                    part_size=self.layouts.sizes.get(transfer[1], 0))
+                                    part_size=self.layouts.sizes.get(transfer[1], 0),
+                                    verify=fetcher.verify)
         spooling.prepare(handle, body.write)
         if fetcher.sign is not None:
             handle.setopt(pycurl.HTTPHEADER, fetcher.sign(transfer[2]))

@@ -174,11 +174,18 @@ class RangedFile:
             end = part.end
         return end
 
+    def unverified(self) -> None:
+        """--no-verify: nothing is hashed or read back (the size is still checked), and no
+        MD5 is recorded, as for a small file."""
+        self.md5, self.other = NoMd5(), None
+
     def hash_region(self, start: int, end: int) -> None:
         """Bytes [start, end) of the spool into the hashers: on the hashing thread, or on
         the loop's to catch up (hashlib and pread release the GIL)."""
         hashers = [h for h in (self.md5, self.other) if h is not None
                    and not isinstance(h, NoMd5)]
+        if not hashers:
+            return
         offset = start
         while offset < end:
             chunk = os.pread(self.spool.fd, min(READ_CHUNK, end - offset), offset)

@@ -56,9 +56,11 @@ class SpooledBody:
     started: bool = False
     pinned: Pinned | None = None  # the size and digest the source vouches for, if any
     part_size: int = 0  # an object uploaded in parts of this size (multipart.py); 0: not
+    verify: bool = True  # False (--no-verify): nothing is hashed, so no MD5 is recorded
 
     def __post_init__(self) -> None:
-        if self.pinned is not None and self.pinned.algorithm not in ("", "md5"):
+        if not self.verify or (self.pinned is not None
+                               and self.pinned.algorithm not in ("", "md5")):
             self.md5 = NoMd5()
 
     def write(self, data: bytes) -> int | None:
@@ -110,7 +112,7 @@ class SpooledBody:
             if found is not None and fits(self.part_size, self.total, found.count):
                 self.stated = found.named(self.part_size)
         other = strongest(self.stated)
-        if other is not None:
+        if other is not None and self.verify:
             self.other = new_hasher(other[0])
 
     def mismatch(self, announced: float, verify: bool) -> str | None:
