@@ -114,6 +114,20 @@ def test_link_pagination_with_sha256_digests_and_some_redirected_files(
     assert_no_secret_anywhere(dest, proc.stdout, proc.stderr)
 
 
+def test_streamed_bodies_a_pinned_sha256_checked_are_indexed_with_their_md5_in_tar(
+        server: ApiServer, header_file: Path, tmp_path: Path) -> None:
+    # The listing's SHA-256 is the check, so the stream takes no MD5 for itself; the tar
+    # index needs one per member all the same (hash --dest and dataset reads check it).
+    dest = tmp_path / "dest"
+    proc = run(f"{server.api_url}/files", dest, "--api", "github-releases",
+               *auth_flags(header_file), "--spool-above", "0", "--sink", "tar")
+    assert proc.returncode == 0, proc.stderr
+    checked = subprocess.run([sys.executable, "-m", "bulkfetch", "hash", "--dest", str(dest)],
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stderr
+    assert f"{len(server.expected())} members verified" in checked.stderr, checked.stderr
+
+
 def test_a_listing_that_misstates_one_digest_fails_exactly_that_file(
         header_file: Path, tmp_path: Path) -> None:
     for api, path in (("drf", "/api/files/"), ("github-releases", "/files")):

@@ -167,8 +167,7 @@ class BigFiles:
     def _begin(self, ranged: RangedFile, record: resume.PartialRecord | None = None) -> None:
         """Start `ranged`, a new file or one `record` left."""
         ranged.in_line = self.hash_in_line
-        if not self.fetcher.verify:
-            ranged.unverified()
+        ranged.take_digests(self.fetcher.verify, self.fetcher.sink.needs_md5)
         ranged.recorded = ranged.written
         ranged.recorded_at = ranged.durable_at = time.monotonic()
         if record is not None:
@@ -208,7 +207,7 @@ class BigFiles:
         body = spooling.SpooledBody(transfer, spool, fetcher.buffers[handle][1],
                                     pinned=fetcher.pin_of(transfer),
                                     part_size=self.layouts.sizes.get(transfer[1], 0),
-                                    verify=fetcher.verify)
+                                    verify=fetcher.verify, keep_md5=fetcher.sink.needs_md5)
         spooling.prepare(handle, body.write)
         if fetcher.sign is not None:
             handle.setopt(pycurl.HTTPHEADER, fetcher.sign(transfer[2]))

@@ -174,10 +174,17 @@ class RangedFile:
             end = part.end
         return end
 
-    def unverified(self) -> None:
-        """--no-verify: nothing is hashed or read back (the size is still checked), and no
-        MD5 is recorded, as for a small file."""
-        self.md5, self.other = NoMd5(), None
+    def take_digests(self, verify: bool, keep_md5: bool) -> None:
+        """Which digests to take: under --no-verify (not `verify`) none, so nothing is read
+        back, but the MD5 a sink that records every body's (`keep_md5`) needs; that MD5
+        too where a pinned SHA is the check."""
+        if not verify:
+            self.other = None
+        if keep_md5:
+            if isinstance(self.md5, NoMd5):
+                self.md5 = hashlib.md5(usedforsecurity=False)
+        elif not verify:
+            self.md5 = NoMd5()
 
     def hash_region(self, start: int, end: int) -> None:
         """Bytes [start, end) of the spool into the hashers: on the hashing thread, or on

@@ -56,11 +56,12 @@ class SpooledBody:
     started: bool = False
     pinned: Pinned | None = None  # the size and digest the source vouches for, if any
     part_size: int = 0  # an object uploaded in parts of this size (multipart.py); 0: not
-    verify: bool = True  # False (--no-verify): nothing is hashed, so no MD5 is recorded
+    verify: bool = True  # False (--no-verify): no digest is taken but an MD5 the sink keeps
+    keep_md5: bool = False  # the sink records every body's MD5 (Sink.needs_md5)
 
     def __post_init__(self) -> None:
-        if not self.verify or (self.pinned is not None
-                               and self.pinned.algorithm not in ("", "md5")):
+        pinned_other = self.pinned is not None and self.pinned.algorithm not in ("", "md5")
+        if not self.keep_md5 and (not self.verify or pinned_other):
             self.md5 = NoMd5()
 
     def write(self, data: bytes) -> int | None:

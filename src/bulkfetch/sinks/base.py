@@ -54,6 +54,11 @@ class Spool(Protocol):
 
 
 class Sink(Protocol):
+    # Whether the sink keeps every stored body's MD5 (tar: its index, which dataset reads
+    # and `hash --dest` check): the engine then hashes MD5 even under --no-verify, and
+    # store_spool() never sees "" from it.
+    needs_md5: bool
+
     def begin_page(self, seq: int, names: Sequence[str] = ()) -> Writer:
         """The writer for the files of page `seq`, whose names are `names` in listing
         order (each is then written once, or skipped)."""

@@ -43,6 +43,8 @@ _OPEN_DIRS = 256
 
 
 class DirectorySink:
+    needs_md5 = False  # its md5sum lines are written for the bodies that were hashed
+
     def __init__(self, dest: Path, worker: int, fanout: int = 0, fsync: bool = False) -> None:
         self.dest = dest
         self.fanout = fanout

@@ -14,6 +14,8 @@ def _discard(name: str, body: bytes, md5: str | None) -> None:
 
 
 class NullSink:
+    needs_md5 = False
+
     def begin_page(self, seq: int, names: Sequence[str] = ()) -> Writer:
         return _discard
 

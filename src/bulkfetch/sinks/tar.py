@@ -85,8 +85,8 @@ class _Shard:
         packer.flush()
         data_at = packer.offset
         try:
-            if not md5:  # nobody hashed it (--no-verify; a pinned SHA checked it): the index
-                md5 = _md5_of(spool.fd, size)  # holds every member's MD5 (reads, hash --dest)
+            if not md5:  # (the engine hashes for us, needs_md5; a caller that did not) the
+                md5 = _md5_of(spool.fd, size)  # index holds every member's MD5
             _copy_file(spool.fd, self.fd, size)
         except OSError as exc:
             raise SinkFatal(f"cannot write {self.where}: {exc.strerror}") from None
@@ -169,6 +169,8 @@ def _copy_file(source: int, target: int, size: int) -> None:
 
 
 class TarSink:
+    needs_md5 = True  # the index holds every member's MD5
+
     def __init__(self, dest: Path, worker: int, shard_files: int, shard_size: int) -> None:
         self.dest = Path(dest)
         self.worker = worker
