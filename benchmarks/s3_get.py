@@ -17,8 +17,9 @@ Rows, each writing every object to DEST/KEY on a new ext4 (when root can make on
 - rclone: `rclone copy s3:bulkfetch DEST --transfers 64 --checkers 64` (the S3 backend)
 - boto3: benchmarks/boto3_threadpool.py (paginator + get_object in 64 threads)
 - null, null-unsigned (only when asked): bulkfetch with --sink null, signed and with
-  --no-sign-request: what signing costs a request; with --baseline CHECKOUT also
-  bulkfetch@base and null@base, the same commands from an older tree
+  --no-sign-request: what signing costs a request; unverified (only when asked): bulkfetch
+  --no-verify, sizes only as s5cmd checks; with --baseline CHECKOUT also bulkfetch@base,
+  null@base and unverified@base, the same commands from an older tree
 - curl_loop and renamed, the floor: benchmarks/curl_loop.c (compiled against pycurl's
   libcurl) GETting every object unsigned at concurrency 64 and throwing the bodies away,
   and benchmarks/baselines.py create-renamed writing as many 100-byte files, each under a
@@ -168,7 +169,10 @@ def rows_for(url: str, work: Path, client: list[str], cert: Path | None,
     null = [*client, *bulkfetch_command(), "get", f"s3://{BUCKET}", dest, "--endpoint-url",
             url, "--workers", "1", "-q", "--sink", "null", "--report", str(report), *trust]
     rows += [Row("null", null, CREDENTIALS, report=report),
-             Row("null-unsigned", [*null, "--no-sign-request"], CREDENTIALS, report=report)]
+             Row("null-unsigned", [*null, "--no-sign-request"], CREDENTIALS, report=report),
+             # sizes only, nothing hashed: what s5cmd checks (mid-size objects: MD5 is most
+             # of bulkfetch's CPU)
+             Row("unverified", [*rows[0].command, "--no-verify"], CREDENTIALS)]
     if FLOOR[0] in (only or DEFAULT_ROWS):
         try:
             curl_loop, _ = build_curl_loop(work, "pycurl")
@@ -185,7 +189,8 @@ def rows_for(url: str, work: Path, client: list[str], cert: Path | None,
     if baseline is not None:  # the same rows from another checkout's src/, side by side
         older = CREDENTIALS | {"PYTHONPATH": str(baseline / "src")}
         rows += [Row("bulkfetch@base", rows[0].command, older),
-                 Row("null@base", null, older, report=report)]
+                 Row("null@base", null, older, report=report),
+                 Row("unverified@base", [*rows[0].command, "--no-verify"], older)]
     return [row for row in rows if row.label in (only or DEFAULT_ROWS)]
 
 
@@ -197,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None, metavar="ROW,...",
                         help="rows to run: bulkfetch, s5cmd, rclone, boto3 (the default), "
                         "null, null-unsigned (--sink null, signed and --no-sign-request), "
-                        "bulkfetch@base, null@base (with --baseline)")
+                        "unverified (--no-verify), "
+                        "bulkfetch@base, null@base, unverified@base (with --baseline)")
     parser.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
                         help="another bulkfetch checkout (e.g. a `git worktree` of an older "
                              "commit): its rows run with PYTHONPATH=CHECKOUT/src")
