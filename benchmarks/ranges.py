@@ -203,52 +203,40 @@ def report(args: argparse.Namespace, size: int, placement: str, rows: dict[str, 
           f"{mb('ceiling') / mb('single'):.2f}; bulkfetch --parts {args.parts} × that "
           f"ceiling {mb('split') / mb('ceiling'):.3f}, aria2c × it "
           f"{mb('aria') / mb('ceiling'):.3f}")
-    # Bars between bulkfetch and aria2c: the median of each round's ratio (the two ran
+    # Bars between bulkfetch and aria2c: the median of each round's ratio (the rows ran
     # next to each other)
-    speed = [a.mb_per_s / b.mb_per_s for a, b in zip(rows["split"], rows["aria"], strict=True)]
-    ratio = statistics.median(speed)
-    print(f"- [{'x' if ratio >= 1 else ' '}] bulkfetch MB/s × aria2c {ratio:.3f} (>= 1; by "
-          f"round {', '.join(f'{r:.3f}' for r in speed)})")
-    beside = [a.mb_per_s / b.mb_per_s for a, b in zip(rows["beside"], rows["aria"], strict=True)]
+    def per_round(top: str, bottom: str, unit: str) -> list[float]:
+        return [getattr(a, unit) / getattr(b, unit)
+                for a, b in zip(rows[top], rows[bottom], strict=True)]
+
+    def bar(label: str, ratios: list[float], most: bool, note: str) -> None:
+        ratio = statistics.median(ratios)
+        met = ratio <= 1 if most else ratio >= 1
+        print(f"- [{'x' if met else ' '}] {label} {ratio:.3f} ({'<=' if most else '>='} 1"
+              f"{note}; by round {', '.join(f'{r:.3f}' for r in ratios)})")
+
+    bar("bulkfetch MB/s × aria2c", per_round("split", "aria", "mb_per_s"), False, "")
+    beside = per_round("beside", "aria", "mb_per_s")
     print(f"- aria2c with MD5 beside it on its core × aria2c alone {statistics.median(beside):.3f}"
           f" (by round {', '.join(f'{r:.3f}' for r in beside)}): what hashing while it "
           f"downloads costs aria2c on this core")
-    same = [a.mb_per_s / b.mb_per_s for a, b in zip(rows["split"], rows["beside"], strict=True)]
-    ratio = statistics.median(same)
-    print(f"- [{'x' if ratio >= 1 else ' '}] bulkfetch MB/s × (aria2c, MD5 beside it) "
-          f"{ratio:.3f} (>= 1, the bar proposed: the same work on the same core; by round "
-          f"{', '.join(f'{r:.3f}' for r in same)})")
-    # bulkfetch --no-verify beside aria2c: the same work, neither hashing
-    alike = [a.mb_per_s / b.mb_per_s
-             for a, b in zip(rows["unverified"], rows["aria"], strict=True)]
-    ratio = statistics.median(alike)
-    print(f"- [{'x' if ratio >= 1 else ' '}] bulkfetch --no-verify MB/s × aria2c {ratio:.3f} "
-          f"(>= 1: the same work, neither hashes; by round "
-          f"{', '.join(f'{r:.3f}' for r in alike)})")
-    alike = [a.cpu_s_per_gib / b.cpu_s_per_gib
-             for a, b in zip(rows["unverified"], rows["aria"], strict=True)]
-    ratio = statistics.median(alike)
-    print(f"- [{'x' if ratio <= 1 else ' '}] bulkfetch --no-verify CPU per byte × aria2c "
-          f"{ratio:.3f} (<= 1; by round {', '.join(f'{r:.3f}' for r in alike)})")
+    bar("bulkfetch MB/s × (aria2c, MD5 beside it)", per_round("split", "beside", "mb_per_s"),
+        False, ", the bar proposed: the same work on the same core")
+    bar("bulkfetch --no-verify MB/s × aria2c", per_round("unverified", "aria", "mb_per_s"),
+        False, ": the same work, neither hashes")
+    bar("bulkfetch --no-verify CPU per byte × aria2c",
+        per_round("unverified", "aria", "cpu_s_per_gib"), True, "")
     # (aria2c's seconds + md5sum's) / bulkfetch's: MB/s to a file known to be right
-    verified = [(b.run.seconds + m.run.seconds) / a.run.seconds
-                for a, b, m in zip(rows["split"], rows["aria"], rows["md5"], strict=True)]
-    ratio = statistics.median(verified)
-    print(f"- [{'x' if ratio >= 1 else ' '}] bulkfetch MB/s × (aria2c, then md5sum) "
-          f"{ratio:.3f} (>= 1, the bar proposed: the same verified file; by round "
-          f"{', '.join(f'{r:.3f}' for r in verified)})")
-    per_byte = [a.cpu_s_per_gib / b.cpu_s_per_gib
-                for a, b in zip(rows["split"], rows["aria"], strict=True)]
-    ratio = statistics.median(per_byte)
-    print(f"- [{'x' if ratio <= 1 else ' '}] bulkfetch CPU per byte × aria2c {ratio:.3f} "
-          f"(<= 1; aria2c checks no digest)")
-    with_md5 = [a.cpu_s_per_gib / (b.cpu_s_per_gib + m.cpu_s_per_gib)
-                for a, b, m in zip(rows["split"], rows["aria"], rows["md5"], strict=True)]
-    ratio = statistics.median(with_md5)
-    print(f"- [{'x' if ratio <= 1 else ' '}] bulkfetch CPU per byte × (aria2c + md5sum) "
-          f"{ratio:.3f} (<= 1, the bar proposed for a download that is verified; by round "
-          f"{', '.join(f'{r:.3f}' for r in with_md5)})")
-
+    bar("bulkfetch MB/s × (aria2c, then md5sum)",
+        [(b.run.seconds + m.run.seconds) / a.run.seconds
+         for a, b, m in zip(rows["split"], rows["aria"], rows["md5"], strict=True)],
+        False, ", the bar proposed: the same verified file")
+    bar("bulkfetch CPU per byte × aria2c", per_round("split", "aria", "cpu_s_per_gib"), True,
+        "; aria2c checks no digest")
+    bar("bulkfetch CPU per byte × (aria2c + md5sum)",
+        [a.cpu_s_per_gib / (b.cpu_s_per_gib + m.cpu_s_per_gib)
+         for a, b, m in zip(rows["split"], rows["aria"], rows["md5"], strict=True)],
+        True, ", the bar proposed for a download that is verified")
 
 if __name__ == "__main__":
     main()
