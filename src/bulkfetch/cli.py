@@ -51,10 +51,19 @@ class _LazyGroup(click.Group):
         return command
 
 
+# Commands whose output is what they are run for: started with stdout closed (`>&-`), they
+# stop at once with a usage error (as coreutils' `md5sum`/`cat` fail with a write error)
+WRITES_TO_STDOUT = frozenset({"ls", "cat", "hash"})
+
+
 @click.group(cls=_LazyGroup, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="bulkfetch")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Download millions to billions of files as fast as the hardware and the server allow."""
+    if sys.stdout is None and ctx.invoked_subcommand in WRITES_TO_STDOUT:
+        raise click.UsageError(f"stdout is closed: what `{ctx.invoked_subcommand}` writes has "
+                               "nowhere to go. Redirect it to a file (or to /dev/null)")
 
 
 def main() -> None:

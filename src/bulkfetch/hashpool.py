@@ -134,8 +134,9 @@ class WorkerPool(Generic[P, R]):
         slot = len(self._workers)
         down_r, down_w = os.pipe2(os.O_CLOEXEC)
         up_r, up_w = os.pipe2(os.O_CLOEXEC)
-        sys.stdout.flush()  # nothing buffered is written twice
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+            with contextlib.suppress(AttributeError, ValueError):  # None, or closed
+                stream.flush()
         pid = os.fork()
         if pid == 0:  # the worker: never returns into the caller's code
             code = 1

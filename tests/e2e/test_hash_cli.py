@@ -164,6 +164,15 @@ def test_usage_errors_exit_2(tree: Path, args: tuple[str, ...]) -> None:
     assert proc.returncode == 2 and b"Usage:" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["hash data", "ls data", "cat data x"])
+def test_a_closed_stdout_is_a_usage_error_not_a_traceback(tree: Path, command: str) -> None:
+    proc = subprocess.run(  # `bulkfetch hash data >&-`; ls and cat meet it first too
+        ["sh", "-c", f'exec "{sys.executable}" -m bulkfetch {command} >&-'],
+        capture_output=True, cwd=tree.parent, timeout=120)
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")
+    assert proc.returncode == 2 and b"stdout is closed" in proc.stderr
+
+
 def test_a_check_file_without_checksum_lines_exits_1(tmp_path: Path) -> None:
     (tmp_path / "junk").write_bytes(b"nothing here\n")
     proc = bulkfetch_hash("--check", "junk", cwd=tmp_path)
