@@ -59,6 +59,7 @@ TICK_BYTES = 8 << 20  # a worker publishes its byte count this often within a fi
 BLAKE3_THREADS_ABOVE = 32 << 20  # BLAKE3 on all cores from here; rayon's split pays
 BLAKE3_SLICE = 256 << 20  # a mapped file is hashed and counted this much at a time
 BATCH_FILES = 256
+STDIN = "-"  # the path that names standard input
 BATCH_BYTES = 64 << 20
 
 # A digest is lower-case hex, or the error that kept the file from being read.
@@ -121,8 +122,11 @@ def walk(paths: Iterable[str]) -> Iterator[Job]:
     regular files recursively by name in byte order. In a directory, symlinks to regular
     files are hashed; symlinks to directories are not followed, and other entries (dangling
     links, FIFOs, sockets, devices) are skipped. What cannot be read comes out with -errno,
-    in its place."""
+    in its place. "-" is standard input, as for md5sum (a file named so is ./-)."""
     for path in paths:
+        if path == STDIN:
+            yield path, 0  # (its size is known at its end)
+            continue
         try:
             info = os.stat(path)
         except OSError as exc:
@@ -218,7 +222,8 @@ class _FileHasher:
         if size < 0:
             return _failure(-size)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            # (a forked worker shares the main process's standard input, which only "-" reads)
+            fd = os.dup(0) if path == STDIN else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             return _failure(exc.errno or errno.EIO, exc.strerror)
         try:

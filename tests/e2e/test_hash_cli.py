@@ -164,6 +164,16 @@ def test_usage_errors_exit_2(tree: Path, args: tuple[str, ...]) -> None:
     assert proc.returncode == 2 and b"Usage:" in proc.stderr
 
 
+@pytest.mark.parametrize("algo", ["md5", "sha256"])
+def test_a_dash_is_standard_input_as_for_coreutils(tmp_path: Path, algo: str) -> None:
+    (tmp_path / "f").write_bytes(b"a file beside stdin")
+    body = random.Random(5).randbytes(3 << 20)
+    ours = bulkfetch_hash("--algo", algo, "-", "f", "-", cwd=tmp_path, stdin=body)
+    theirs = subprocess.run([f"{algo}sum", "-", "f", "-"], input=body, capture_output=True,
+                            cwd=tmp_path, timeout=60)
+    assert ours.returncode == 0 and ours.stdout == theirs.stdout  # the second "-" is empty
+
+
 @pytest.mark.parametrize("command", ["hash data", "ls data", "cat data x"])
 def test_a_closed_stdout_is_a_usage_error_not_a_traceback(tree: Path, command: str) -> None:
     proc = subprocess.run(  # `bulkfetch hash data >&-`; ls and cat meet it first too
