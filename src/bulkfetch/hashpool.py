@@ -26,6 +26,7 @@ from bulkfetch.errors import BulkfetchError, UsageError
 WINDOW_PER_WORKER = 4  # batches per worker that may be out ahead of the oldest unanswered
 JOIN_S = 10.0  # how long a worker may take to leave before it is killed
 _HEADER = 8  # bytes of a message's length, before its pickle
+_WORKER_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 Tick = Callable[[int], None]  # a worker adds the bytes it has read
 P = TypeVar("P")  # a batch's payload: what goes to a worker
@@ -137,12 +138,21 @@ class WorkerPool(Generic[P, R]):
         for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
             with contextlib.suppress(AttributeError, ValueError):  # None, or closed
                 stream.flush()
-        pid = os.fork()
+        # SIGINT and SIGTERM wait until the worker has its own dispositions: one that came
+        # in between would run the main process's Python handler in the worker, or be lost
+        # (a SIGTERM to stop it early, then waited on for JOIN_S and killed)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
+        try:
+            pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            raise
         if pid == 0:  # the worker: never returns into the caller's code
             code = 1
             try:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # and stops us so
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 os.close(down_w)  # our copies of the main side of this and earlier
                 os.close(up_r)  # workers' pipes: one left open would hide EOF
                 for other in self._workers:
@@ -154,6 +164,7 @@ class WorkerPool(Generic[P, R]):
                 traceback.print_exc()
             finally:
                 os._exit(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(down_r)
         os.close(up_w)
         worker = _Worker(pid, down_w, up_r, f"bulkfetch-hash-{slot}")

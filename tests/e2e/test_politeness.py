@@ -174,4 +174,6 @@ def test_limit_rate_goes_to_the_worker_that_has_the_bytes(reference_server,
     report = json.loads(report_path.read_text())
     assert report["files_ok"] == 1 and report["bytes"] == size
     overall = report["bytes"] / report["duration_s"]
-    assert 0.75 * rate <= overall <= 1.1 * rate, overall / rate
+    # (4 s of transfer: its start may run 0.2-0.4 s ahead, a full bucket per worker; CI saw
+    # 1.102. Over 12 s the rate holds within 2%: 96 MiB at 8m gave 0.979-0.994.)
+    assert 0.75 * rate <= overall <= 1.15 * rate, overall / rate
