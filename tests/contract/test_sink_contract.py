@@ -199,6 +199,23 @@ def test_a_big_body_streamed_through_a_spool_lands_byte_exact(harness: SinkHarne
     close_and_check(harness, sink, releases, {"big/file.bin": big, **small})
 
 
+def test_a_spooled_body_nobody_hashed_is_stored_all_the_same(harness: SinkHarness) -> None:
+    """md5 "" (--no-verify, or a pinned SHA-256 was the check): the body is stored as any
+    other. A sink that keeps every body's MD5 says so (needs_md5), and the engine then
+    hashes for it; handed "" anyway, it still stores the body."""
+    sink = harness.open()
+    assert isinstance(sink.needs_md5, bool)
+    releases = Releases(harness)
+    big = random.Random(6).randbytes(2 * 1024 * 1024 + 777)
+    sink.begin_page(1, ["unhashed.bin"])
+    spool = sink.open_spool("unhashed.bin")
+    for start in range(0, len(big), CHUNK):
+        spool.write(big[start:start + CHUNK])
+    sink.store_spool(1, "unhashed.bin", spool, len(big), "")
+    releases.end(sink, 1, {"unhashed.bin": big})
+    close_and_check(harness, sink, releases, {"unhashed.bin": big})
+
+
 def test_a_discarded_spool_leaves_nothing_behind(harness: SinkHarness) -> None:
     sink = harness.open()
     releases = Releases(harness)
