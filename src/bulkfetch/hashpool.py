@@ -132,9 +132,31 @@ class WorkerPool(Generic[P, R]):
         return self
 
     def _start(self) -> _Worker:
-        slot = len(self._workers)
+        """A new worker; OSError when the system refuses one (file descriptors, processes),
+        with nothing left open."""
         down_r, down_w = os.pipe2(os.O_CLOEXEC)
-        up_r, up_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            up_r, up_w = os.pipe2(os.O_CLOEXEC)
+        except OSError:
+            os.close(down_r)
+            os.close(down_w)
+            raise
+        try:
+            pid = self._fork(down_r, up_w, closing=(down_w, up_r))
+        except OSError:
+            for fd in (down_r, down_w, up_r, up_w):
+                os.close(fd)
+            raise
+        os.close(down_r)
+        os.close(up_w)
+        worker = _Worker(pid, down_w, up_r, f"bulkfetch-hash-{len(self._workers)}")
+        self._workers.append(worker)
+        return worker
+
+    def _fork(self, down_r: int, up_w: int, closing: tuple[int, int]) -> int:
+        """Fork a worker that reads batches from `down_r` and answers on `up_w`; in it,
+        `closing` (the main side of its pipes) and earlier workers' pipes are closed."""
+        slot = len(self._workers)
         for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
             with contextlib.suppress(AttributeError, ValueError):  # None, or closed
                 stream.flush()
@@ -153,8 +175,8 @@ class WorkerPool(Generic[P, R]):
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # and stops us so
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                os.close(down_w)  # our copies of the main side of this and earlier
-                os.close(up_r)  # workers' pipes: one left open would hide EOF
+                for fd in closing:  # our copies of the main side of this and earlier
+                    os.close(fd)  # workers' pipes: one left open would hide EOF
                 for other in self._workers:
                     os.close(other.down)
                     os.close(other.up)
@@ -165,11 +187,7 @@ class WorkerPool(Generic[P, R]):
             finally:
                 os._exit(code)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        os.close(down_r)
-        os.close(up_w)
-        worker = _Worker(pid, down_w, up_r, f"bulkfetch-hash-{slot}")
-        self._workers.append(worker)
-        return worker
+        return pid
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         for worker in self._workers:
@@ -221,7 +239,16 @@ class WorkerPool(Generic[P, R]):
                 if not idle:
                     if len(self._workers) == self._size:
                         break
-                    idle.append(self._start())
+                    try:
+                        idle.append(self._start())
+                    except OSError as exc:
+                        if not self._workers:
+                            raise BulkfetchError(
+                                f"cannot start a worker process: {exc.strerror}. Raise the "
+                                "limit (ulimit -n, ulimit -u) or give fewer --workers"
+                            ) from None
+                        self._size = len(self._workers)  # what the system allows: go on
+                        break
                 payload, context = upcoming
                 worker = idle.pop()
                 worker.seq, held[sent] = sent, context

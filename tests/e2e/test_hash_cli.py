@@ -164,6 +164,22 @@ def test_usage_errors_exit_2(tree: Path, args: tuple[str, ...]) -> None:
     assert proc.returncode == 2 and b"Usage:" in proc.stderr
 
 
+def test_more_workers_than_the_open_file_limit_allows_run_with_those_it_does(
+        tmp_path: Path) -> None:
+    # 30 batches of 256 files, --workers 100, 40 descriptors: each worker costs two pipes,
+    # so the pool stops growing where the limit is and the run goes on with what it has
+    tree = tmp_path / "t"
+    tree.mkdir()
+    for i in range(30 * 256):
+        (tree / f"f{i:05d}").write_bytes(b"%d" % i)
+    limited = subprocess.run(["sh", "-c", f'ulimit -n 40 && exec "{sys.executable}" -m '
+                              f'bulkfetch hash -q --workers 100 "{tree}"'],
+                             capture_output=True, timeout=120)
+    assert b"Traceback" not in limited.stderr, limited.stderr.decode(errors="replace")
+    assert limited.returncode == 0, limited.stderr
+    assert limited.stdout == bulkfetch_hash("-q", "--workers", "1", tree).stdout
+
+
 @pytest.mark.parametrize("algo", ["md5", "sha256"])
 def test_a_dash_is_standard_input_as_for_coreutils(tmp_path: Path, algo: str) -> None:
     (tmp_path / "f").write_bytes(b"a file beside stdin")
