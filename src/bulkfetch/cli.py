@@ -298,6 +298,7 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
                                 **flags)  # type: ignore[arg-type]
     except UsageError as exc:
         raise _usage(exc) from None
+    _warn_above_open_files(options)
     if options.tls.insecure:  # said even with --quiet: the data is not protected
         from bulkfetch.tls import INSECURE_WARNING
 
@@ -306,6 +307,18 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
         sys.exit(_dry_run(options, quiet))
     report = _run_download(options, quiet=quiet, plain=plain, report_path=report_path)
     sys.exit(report.exit_code)
+
+
+def _warn_above_open_files(options: GetOptions) -> None:
+    """A fixed --concurrency the open-file limit cannot hold is lowered in each worker
+    (engine/fetcher.py); said here, once, even with --quiet."""
+    from bulkfetch.engine.adaptive import open_file_ceiling
+
+    wanted, ceiling = options.limits.concurrency, open_file_ceiling()
+    if not options.limits.adaptive and wanted > ceiling:
+        click.echo(f"bulkfetch: --concurrency {wanted} is more than the open-file limit "
+                   f"allows: each worker keeps {ceiling} transfers in flight (raise the "
+                   "limit with `ulimit -n`)", err=True)
 
 
 def _dry_run(options: GetOptions, quiet: bool) -> int:

@@ -249,6 +249,27 @@ def test_no_verify_stores_big_bodies_as_sent(tmp_path: Path, split_above: str,
         assert checked.returncode == 0, checked.stderr
 
 
+@pytest.mark.parametrize("extra", [("-c", "500"), ("--split-above", "2m", "--parts", "4")],
+                         ids=["streamed-c500", "ranged"])
+def test_a_small_open_file_limit_holds_sockets_and_files_alike(tmp_path: Path,
+                                                                extra: tuple[str, ...]) -> None:
+    # ulimit -n 64: each transfer of a big body holds a socket and a file. Before, the
+    # sockets took what the files needed ("cannot create a temporary file ... Too many
+    # open files", 36 of 200 with -c 500), or a worker died importing a module.
+    with ReferenceServer("--files", "200", "--file-size", "3m") as server:
+        command = [sys.executable, "-m", "bulkfetch", "get", server.url, str(tmp_path / "d"),
+                   "-w", "2", "-q", "--report", str(tmp_path / "r.json"), *extra]
+        proc = subprocess.run(["sh", "-c", 'ulimit -n 64 && exec "$@"', "sh", *command],
+                              capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["files_ok"] == 200 and report["files_failed"] == 0
+    if extra[0] == "-c":
+        assert "more than the open-file limit allows" in proc.stderr
+    assert_complete(tmp_path / "d", expected(200, "3m"))
+
+
 @pytest.mark.parametrize("switch", ["--ignore-ranges", "--wrong-content-range"])
 def test_a_server_that_ignores_or_mislabels_ranges_ends_correct(tmp_path: Path,
                                                                switch: str) -> None:

@@ -4,6 +4,10 @@ test moves; files/s and latency computed from the limit, as a server would answe
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+
+import pytest
 
 from bulkfetch.engine.adaptive import MAX_INTERVAL_S, Controller, open_file_ceiling
 
@@ -127,9 +131,23 @@ def test_open_file_ceiling_raises_the_soft_limit_to_the_hard_one() -> None:
         ceiling = open_file_ceiling(reserve=256)
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if hard != resource.RLIM_INFINITY:
-            assert soft == hard and ceiling == hard - 256
+            assert soft == hard and ceiling == (hard - 256) // 2  # a socket and a file each
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, before)
+
+
+@pytest.mark.parametrize(("limit", "transfers"), [(32, 1), (64, 16), (128, 32), (1024, 384)])
+def test_a_small_open_file_limit_keeps_room_for_the_files_beside_the_sockets(
+        limit: int, transfers: int) -> None:
+    # in a child: a hard limit lowered cannot always be raised again
+    code = ("import resource, sys\n"
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))\n"
+            "from bulkfetch.engine.adaptive import open_file_ceiling\n"
+            "print(open_file_ceiling())")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60)
+    assert child.returncode == 0, child.stderr
+    assert int(child.stdout) == transfers
 
 
 def test_a_server_capped_at_200_in_flight_is_used_near_its_cap() -> None:

@@ -171,7 +171,10 @@ class Fetcher(RequestHeaders, CoordinatorSide):
         if limits.adaptive:
             self.controller = Controller(limits.concurrency,
                                          min(limits.max_concurrency, open_file_ceiling()))
-        self.window = self.controller.limit if self.controller else limits.concurrency
+        # (a fixed --concurrency too: sockets beyond the descriptors would leave none for
+        # the files, and every file would fail; the CLI says so, cli.py)
+        self.window = self.controller.limit if self.controller else \
+            min(limits.concurrency, open_file_ceiling())
         # ... and once a second host appears, each host's own (host_windows.py): until
         # then `first_host` is the only one seen and the worker's controller is its own.
         self.windows: HostWindows | None = None
