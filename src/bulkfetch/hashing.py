@@ -381,6 +381,14 @@ def _job_size(job: tuple[object, int]) -> int:
     return job[1]
 
 
+def _named(jobs: Sequence[tuple[str, int]]) -> str:
+    """A batch in words, by its largest file (the one a truncation under BLAKE3's mapping
+    can have ended a worker on)."""
+    largest = max(jobs, key=_job_size)[0]
+    return largest if len(jobs) == 1 else f"{largest} (or one of the {len(jobs) - 1} " \
+                                          "other files of its batch)"
+
+
 def _run(pool: WorkerPool[P, Digest], batches: Iterable[tuple[P, list[C]]],
          progress: HashProgress) -> Iterator[tuple[C, Digest]]:
     progress.read_bytes = pool.bytes_done
@@ -395,7 +403,8 @@ def hash_paths(paths: Sequence[str], options: HashOptions,
                progress: HashProgress) -> Iterator[tuple[str, Digest]]:
     """(path, digest) of every file under `paths` (see walk), in order."""
     require_algorithm(options.algo)
-    pool = WorkerPool(options.workers, functools.partial(_FileHasher, options.algo))
+    pool = WorkerPool(options.workers, functools.partial(_FileHasher, options.algo),
+                      describe=_named)
     batches = batched(_listed(walk(paths), progress), _job_size, files=options.batch_files,
                       nbytes=options.batch_bytes)
     for (path, _), digest in _run(pool, ((batch, batch) for batch in batches), progress):
@@ -406,7 +415,9 @@ def check_entries(entries: Iterable[CheckEntry], algo: str, options: HashOptions
                   progress: HashProgress) -> Iterator[tuple[CheckEntry, Digest]]:
     """(entry, digest of the file it lists) for each entry of a checksum file, in order."""
     require_algorithm(algo)
-    pool = WorkerPool(options.workers, functools.partial(_FileHasher, algo))
+    pool = WorkerPool(options.workers, functools.partial(_FileHasher, algo),
+                      describe=lambda entries: _named([(e.path, _stat_size(e.path))
+                                                       for e in entries]))
     jobs = _listed(((entry, _stat_size(entry.path)) for entry in entries), progress)
     batches = batched(jobs, _job_size, files=options.batch_files, nbytes=options.batch_bytes)
     payloads = (([(entry.path, size) for entry, size in batch], [e for e, _ in batch])
@@ -425,7 +436,8 @@ def verify_members(members: Iterable[MemberInfo], dest: Path, options: HashOptio
     """(member, MD5 of its bytes in its shard) for each member of a tar destination, in the
     index's order; each batch holds members of one shard, and different batches of one
     shard run on different workers at once."""
-    pool = WorkerPool(options.workers, functools.partial(_MemberHasher, Path(dest)))
+    pool = WorkerPool(options.workers, functools.partial(_MemberHasher, Path(dest)),
+                      describe=lambda infos: "members of " + str(infos[0].shard))
     jobs = _listed(map(_member_job, members), progress)
     batches = batched(jobs, _job_size, files=options.batch_files, nbytes=options.batch_bytes,
                       group_of=lambda job: job[0].shard)

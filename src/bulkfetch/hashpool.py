@@ -117,10 +117,13 @@ class WorkerPool(Generic[P, R]):
     start as batches come for them: a run of one batch forks once."""
 
     def __init__(self, workers: int, make_work: Callable[[Tick], Callable[[P], list[R]]],
-                 *, window: int | None = None) -> None:
+                 *, window: int | None = None,
+                 describe: Callable[[Any], str] | None = None) -> None:
+        """`describe`: a batch's context in words, for the error when its worker dies."""
         if workers < 1:
             raise UsageError("--workers must be at least 1")
         self._make_work = make_work
+        self._describe = describe
         self._size = workers
         self.window = window if window is not None else WINDOW_PER_WORKER * workers
         # bytes read per worker, in memory the fork shares (MAP_SHARED, anonymous)
@@ -255,17 +258,17 @@ class WorkerPool(Generic[P, R]):
                 try:
                     _send(worker.down, payload)
                 except _Gone:
-                    raise self._died(worker) from None
+                    raise self._died(worker, context) from None
                 sent += 1
                 upcoming = next(source, None)
             if given == sent:
                 return
-            idle += self._collect(arrived)
+            idle += self._collect(arrived, held)
             while given in arrived:
                 yield held.pop(given), arrived.pop(given)
                 given += 1
 
-    def _collect(self, arrived: dict[int, list[R]]) -> list[_Worker]:
+    def _collect(self, arrived: dict[int, list[R]], held: dict[int, Any]) -> list[_Worker]:
         """Wait for at least one busy worker's answer; the workers that answered. A worker
         that died has its pipe closed: reading it fails, and the run stops."""
         busy = {worker.up: worker for worker in self._workers if worker.seq >= 0}
@@ -277,13 +280,15 @@ class WorkerPool(Generic[P, R]):
             try:
                 arrived[worker.seq] = _recv(worker.up)
             except _Gone:
-                raise self._died(worker) from None
+                raise self._died(worker, held.get(worker.seq)) from None
             worker.seq = -1
         return answering
 
-    def _died(self, worker: _Worker) -> BulkfetchError:
+    def _died(self, worker: _Worker, context: Any) -> BulkfetchError:
         self._join(worker, time.monotonic() + 1)
         code = self._exit_codes.get(worker.pid, "unknown")
+        doing = (f" while it read {self._describe(context)}"
+                 if self._describe is not None and context is not None else "")
         return BulkfetchError(
-            f"{worker.name} stopped unexpectedly (exit status {code}); a file truncated "
-            "while BLAKE3 had it mapped ends a worker so")
+            f"{worker.name} stopped unexpectedly (exit status {code}){doing}; a file "
+            "truncated while BLAKE3 had it mapped ends a worker so")

@@ -270,8 +270,9 @@ def dies_on_three(tick: hashing.Tick) -> object:
 
 @pytest.mark.parametrize(("first", "status"), [(0, 7), (100, -signal.SIGBUS)])
 def test_pool_stops_with_an_error_when_a_worker_dies(first: int, status: int) -> None:
-    with pytest.raises(BulkfetchError, match=rf"stopped unexpectedly \(exit status {status}\)"), \
-            WorkerPool(2, dies_on_three) as pool:  # type: ignore[arg-type]
+    named = rf"stopped unexpectedly \(exit status {status}\) while it read batch {first + 3};"
+    with pytest.raises(BulkfetchError, match=named), \
+            WorkerPool(2, dies_on_three, describe=lambda n: f"batch {n}") as pool:  # type: ignore[arg-type]
         list(pool.map(([n], n) for n in range(first, first + 10)))  # type: ignore[arg-type]
 
 
@@ -452,3 +453,9 @@ def test_the_bar_shows_bytes_against_what_is_listed_so_far() -> None:
 def test_a_batch_of_sum_lines_is_the_lines_one_by_one(paths: list[str]) -> None:
     entries = [(hashlib.md5(p.encode(errors="surrogateescape")).hexdigest(), p) for p in paths]
     assert sum_lines(entries) == b"".join(sum_line(d, p) for d, p in entries)
+
+
+def test_a_batch_is_named_by_its_largest_file_when_its_worker_dies() -> None:
+    assert hashing._named([("/d/only", 5)]) == "/d/only"
+    assert hashing._named([("/d/a", 1), ("/d/big", 9), ("/d/c", 2)]) == \
+        "/d/big (or one of the 2 other files of its batch)"
