@@ -11,6 +11,7 @@ from bulkfetch import __version__
 from bulkfetch.cli_api import api_options
 from bulkfetch.cli_s3 import s3_options, tls_options
 from bulkfetch.errors import BulkfetchError, UsageError
+from bulkfetch.redact import safe_text
 
 if TYPE_CHECKING:
     from bulkfetch.config import GetOptions
@@ -109,7 +110,13 @@ def _run_download(options: GetOptions, *, quiet: bool, plain: bool,
         except OSError as exc:  # the report still says where DEST's list is
             click.echo(f"bulkfetch: cannot copy the list of failures beside {report_path}: "
                        f"{exc}", err=True)
-        write_report(report, Path(report_path))
+        try:
+            write_report(report, Path(report_path))
+        except OSError as exc:  # (its directory was checked before the run began)
+            click.echo(f"bulkfetch: cannot write the report {safe_text(report_path)}: "
+                       f"{exc.strerror or exc}", err=True)
+            if report.exit_code == 0:  # what was asked for is missing
+                sys.exit(1)
     return report
 
 
@@ -280,6 +287,8 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
         if dest is None:
             raise click.UsageError("give both URL and DEST (or --from-file URLS.txt DEST)")
         source, target = url_or_dest, dest
+    if report_path:
+        _require_report_directory(report_path)
     flags["verify"] = not flags.pop("no_verify")
     if not flags["allow_cross_host_pages"]:  # not given: the preset's, if it says
         flags["allow_cross_host_pages"] = None
@@ -307,6 +316,21 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
         sys.exit(_dry_run(options, quiet))
     report = _run_download(options, quiet=quiet, plain=plain, report_path=report_path)
     sys.exit(report.exit_code)
+
+
+def _require_report_directory(report_path: str) -> None:
+    """A --report that could not be written is said before the download, not after it."""
+    import os
+    from pathlib import Path
+
+    directory = Path(report_path).parent
+    if not directory.is_dir():
+        raise click.UsageError(f"--report {safe_text(report_path)}: the directory "
+                               f"{safe_text(str(directory))} does not exist; create it or "
+                               "give another path")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise click.UsageError(f"--report {safe_text(report_path)}: cannot write in "
+                               f"{safe_text(str(directory))}; give another path")
 
 
 def _warn_above_open_files(options: GetOptions) -> None:

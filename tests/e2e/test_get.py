@@ -180,7 +180,7 @@ def test_no_verify_stores_corrupt_bodies_that_verification_refuses(
 
 # -- 9. usage errors ---------------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["missing-dest", "bad-scheme", "dest-is-file", "workers-0",
-                                  "template", "no-url-file"])
+                                  "template", "no-url-file", "report-dir-missing"])
 def test_usage_errors(reference_server: Start, tmp_path: Path, case: str) -> None:
     server = reference_server("--files", "10", access_log=True)
     dest = tmp_path / "dest"
@@ -193,6 +193,9 @@ def test_usage_errors(reference_server: Start, tmp_path: Path, case: str) -> Non
         "workers-0": ([server.url, str(dest), "--workers", "0"], "--workers"),
         "template": ([server.url, str(dest), "--get-template", "/files/"], "{name}"),
         "no-url-file": (["--from-file", str(tmp_path / "nope.txt"), str(dest)], "nope.txt"),
+        # said before the download, not in a traceback after it
+        "report-dir-missing": ([server.url, str(dest), "--report",
+                                str(tmp_path / "no-dir" / "r.json")], "no-dir"),
     }[case]
     proc = cli("get", *args, "--quiet")
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
