@@ -49,7 +49,7 @@ def verify_against_dataset(dest: Path, files: int, seed: int = 0) -> tuple[int, 
 
 def run_demo(files: int, dest_text: str, workers: int | None) -> int:
     from bulkfetch.api import build_options
-    from bulkfetch.cli import _run_download
+    from bulkfetch.cli_run import run_download
 
     console = Console(stderr=True)
     dest = Path(dest_text)
@@ -61,7 +61,7 @@ def run_demo(files: int, dest_text: str, workers: int | None) -> int:
         console.print(f"[bold]bulkfetch demo[/]: reference server {server.url} poses as "
                       f"{files:,} files of 100 bytes; downloading into {dest}/")
         options = build_options(server.url, dest, workers=workers or max(1, cores - 1))
-        report = _run_download(options, quiet=False, plain=False, report_path=None)
+        report = run_download(options, quiet=False, plain=False, report_path=None)
     console.print("checking every file against the data set's formula …")
     verified, problems = verify_against_dataset(dest, files)
     for problem in problems[:10]:
