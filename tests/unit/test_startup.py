@@ -14,7 +14,8 @@ LATE = ("rich.console", "rich.live", "rich.table", "email.utils", "concurrent.fu
 
 PROBE = f"""
 import io, sys
-import bulkfetch.cli, bulkfetch.runners.local, bulkfetch.sinks.null, bulkfetch.sinks.tar
+import bulkfetch.cli, bulkfetch.cli_get, bulkfetch.runners.local, bulkfetch.sinks.null
+import bulkfetch.sinks.tar
 from bulkfetch.engine.curl import retry_after_seconds
 from bulkfetch.models import Progress, Report
 from bulkfetch.progress import make_display
