@@ -209,8 +209,10 @@ def _sync_options(sync: bool, delete: bool, dry_run: bool, sink: str, restart: b
                   retry_failed: bool) -> SyncOptions:
     options = SyncOptions(sync, delete, dry_run)
     if sync and sink != "dir":
+        why = {"tar": "tar shards are not rewritten in place",
+               "null": "it stores nothing to keep in step"}.get(sink, "")
         raise UsageError(f"--sync keeps a directory in step with the source (--sink dir), "
-                         f"not --sink {sink}: tar shards are not rewritten in place")
+                         f"not --sink {sink}" + (f": {why}" if why else ""))
     if sync and (restart or retry_failed):
         raise UsageError("--sync lists the source again itself: drop --restart and "
                          "--retry-failed")

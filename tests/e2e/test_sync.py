@@ -198,6 +198,7 @@ def test_over_s3_an_unchanged_object_is_not_asked_for(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "said"), [
     (("--sync", "--sink", "tar"), "--sync keeps a directory in step"),
+    (("--sync", "--sink", "null"), "not --sink null: it stores nothing"),
     (("--delete",), "--delete and --dry-run go with --sync"),
     (("--dry-run",), "--delete and --dry-run go with --sync"),
     (("--sync", "--restart"), "drop --restart"),
