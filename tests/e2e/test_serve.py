@@ -234,6 +234,18 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=30)
 
 
+def test_a_port_in_use_is_refused_not_shared() -> None:
+    # The server's processes share their port through SO_REUSEPORT, which would also let a
+    # second server bind beside a first one: the kernel would split the connections
+    # between two data sets without a word.
+    with ReferenceServer("--files", "3") as first:
+        port = first.url.rsplit(":", 1)[1]
+        second = _cli("serve", "--files", "7", "--port", port)
+        assert second.returncode == 2 and f"port {port} on 127.0.0.1 is in use" in \
+            second.stderr, second.stderr
+        assert "serving" not in second.stdout
+
+
 def test_version_and_help_on_every_command() -> None:
     import click
 

@@ -3,6 +3,7 @@ modules load when the command runs."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -316,6 +317,10 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
     try:
         code = run_server(options, announce)
     except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise click.UsageError(f"port {options.port} on {options.host} is in use (another "
+                                   "server listens there): stop it, or give another --port "
+                                   "(0 picks a free one)") from None
         raise click.ClickException(f"cannot listen on {options.host}:{options.port}: "
                                    f"{exc.strerror or exc}") from None
     sys.exit(code)

@@ -37,6 +37,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _require_free(host: str, port: int) -> None:
+    """OSError EADDRINUSE when something listens on `port` already. SO_REUSEPORT (which the
+    server's own processes need, to share the port) would otherwise let this server bind
+    beside another one of the same user, and the kernel would split the connections
+    between two servers without a word."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (TIME_WAIT is fine)
+        probe.bind((host, port))
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -124,6 +135,8 @@ def _child(options: ServeOptions, port: int, ready: multiprocessing.synchronize.
 
 def serve(options: ServeOptions, announce: Callable[[str], None]) -> int:
     """Bind, start serving, call `announce("serving http://...")`, serve until a signal."""
+    if options.port:
+        _require_free(options.host, options.port)
     reservation = _bind(options.host, options.port)
     port = reservation.getsockname()[1]
     host = f"[{options.host}]" if ":" in options.host else options.host
@@ -173,6 +186,10 @@ def serve(options: ServeOptions, announce: Callable[[str], None]) -> int:
         sentinels = [child.sentinel for child in children]
         while not stopping:
             if multiprocessing.connection.wait(sentinels, timeout=0.2):
+                for child in children:
+                    child.join(0.5)
+                if all(child.exitcode == 0 for child in children if not child.is_alive()):
+                    return 0  # stopped by a signal to the whole group (Ctrl-C, timeout)
                 print("bulkfetch serve: a server process died; stopping", file=sys.stderr)
                 return 1
         return 0
