@@ -494,19 +494,6 @@ def pack(dest: Path, files: dict[str, bytes], spooled: set[str]) -> bytes:
     return shard.read_bytes()
 
 
-def test_a_spooled_body_nobody_hashed_is_indexed_with_the_md5_of_its_bytes(
-        tmp_path: Path) -> None:
-    # --no-verify, or a body a pinned SHA-256 checked: md5 "" reaches the sink, and the
-    # index must still hold every member's MD5 (dataset reads and hash --dest check it)
-    sink = tar_dest(tmp_path)
-    sink.begin_page(0)
-    sink.store_spool(0, "big", spool_into(sink, "big", BIG), len(BIG), "")
-    sink.end_page(PageReport(0, 1, len(BIG)))
-    sink.flush()
-    sink.close()
-    assert members(tmp_path)["big"][3] == hashlib.md5(BIG).hexdigest()
-
-
 def test_tar_a_spooled_member_is_the_same_bytes_as_one_from_memory(
         tmp_path: Path, fixed_mtime: None) -> None:
     files = {"small-1": b"x" * 100, "big": BIG, "l" * 120 + "/caf\u00e9": BIG[:70000],

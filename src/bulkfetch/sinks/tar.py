@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import sqlite3
 import time
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-MD5_READ = 1 << 20  # a spool nobody hashed is read back for its MD5 this much at a time
 
 
 class _Shard:
@@ -85,8 +83,6 @@ class _Shard:
         packer.flush()
         data_at = packer.offset
         try:
-            if not md5:  # (the engine hashes for us, needs_md5; a caller that did not) the
-                md5 = _md5_of(spool.fd, size)  # index holds every member's MD5
             _copy_file(spool.fd, self.fd, size)
         except OSError as exc:
             raise SinkFatal(f"cannot write {self.where}: {exc.strerror}") from None
@@ -131,19 +127,6 @@ class _Shard:
             os.unlink(self.part, dir_fd=self.dest_fd)
         self.packer.release()
         self.held.clear()
-
-
-def _md5_of(fd: int, size: int) -> str:
-    """The MD5 of the first `size` bytes of `fd`, read by offset."""
-    digest = hashlib.md5(usedforsecurity=False)
-    done = 0
-    while done < size:
-        chunk = os.pread(fd, min(MD5_READ, size - done), done)
-        if not chunk:
-            raise OSError(0, f"the spooled file ended {size - done} bytes early")
-        digest.update(chunk)
-        done += len(chunk)
-    return digest.hexdigest()
 
 
 def _copy_file(source: int, target: int, size: int) -> None:
