@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -172,6 +173,15 @@ class NoMd5:
 
     def hexdigest(self) -> str:
         return ""
+
+
+def md5_hasher(verify: bool, keep_md5: bool, pinned_other: bool) -> Any:
+    """The MD5 a big body takes as it streams: a real one when it is checked (`verify`,
+    and no pinned SHA is the check instead: `pinned_other`) or when the sink records every
+    body's MD5 (`keep_md5`, Sink.needs_md5), else a NoMd5."""
+    if keep_md5 or (verify and not pinned_other):
+        return hashlib.md5(usedforsecurity=False)
+    return NoMd5()
 
 
 LISTING = "the listing"  # a Pinned's vouched_by for what a listing states (S3)

@@ -25,7 +25,6 @@ hashes everything: the transfer and the hash run on two cores.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +34,7 @@ from bulkfetch.engine.digests import (
     Pinned,
     final_headers,
     final_status,
+    md5_hasher,
     mismatch,
     new_hasher,
     stated_digests,
@@ -112,14 +112,13 @@ class RangedFile:
     hashing: Any = None  # the Future of the last job on the hashing thread (hash or record)
     recording: Any = None  # the Future of its last fsync and durable record (BigFiles.recorder)
     hash_job: Any = None  # the Future of the last hash job
-    md5: Any = field(default_factory=hashlib.md5)
+    md5: Any = None  # set in __post_init__ (digests.md5_hasher)
     other: Any = None  # the strongest non-MD5 digest stated, when there is one
     in_line: bool = True  # hash where the hash stands in line; False: all on the thread
     carried: int = 0  # bytes a killed run's partial file held when this run took it up
 
     def __post_init__(self) -> None:
-        if self.plan.vouched_by and "md5" not in self.plan.stated:  # a pinned SHA is the check
-            self.md5 = NoMd5()
+        self.take_digests(verify=True, keep_md5=False)
         other = strongest(self.plan.stated)
         if other is not None:
             self.other = new_hasher(other[0])
@@ -178,13 +177,10 @@ class RangedFile:
         """Which digests to take: under --no-verify (not `verify`) none, so nothing is read
         back, but the MD5 a sink that records every body's (`keep_md5`) needs; that MD5
         too where a pinned SHA is the check."""
+        pinned_other = bool(self.plan.vouched_by) and "md5" not in self.plan.stated
+        self.md5 = md5_hasher(verify, keep_md5, pinned_other)
         if not verify:
             self.other = None
-        if keep_md5:
-            if isinstance(self.md5, NoMd5):
-                self.md5 = hashlib.md5(usedforsecurity=False)
-        elif not verify:
-            self.md5 = NoMd5()
 
     def hash_region(self, start: int, end: int) -> None:
         """Bytes [start, end) of the spool into the hashers: on the hashing thread, or on

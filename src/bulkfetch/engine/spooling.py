@@ -10,7 +10,6 @@ file sizes.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +17,10 @@ from typing import Any
 import pycurl
 
 from bulkfetch.engine.digests import (
-    NoMd5,
     Pinned,
     final_headers,
     final_status,
+    md5_hasher,
     mismatch,
     new_hasher,
     stated_digests,
@@ -43,7 +42,7 @@ class SpooledBody:
     transfer: Any  # the fetcher's transfer tuple (page state, name, url, attempt)
     spool: Spool
     lines: list[bytes]  # the handle's raw header lines
-    md5: Any = field(default_factory=hashlib.md5)
+    md5: Any = None  # set in __post_init__ (digests.md5_hasher)
     other: Any = None  # a hasher for the strongest non-MD5 digest the server states
     stated: dict[str, bytes] = field(default_factory=dict)  # read at the first chunk
     size: int = 0
@@ -60,9 +59,8 @@ class SpooledBody:
     keep_md5: bool = False  # the sink records every body's MD5 (Sink.needs_md5)
 
     def __post_init__(self) -> None:
-        pinned_other = self.pinned is not None and self.pinned.algorithm not in ("", "md5")
-        if not self.keep_md5 and (not self.verify or pinned_other):
-            self.md5 = NoMd5()
+        self.md5 = md5_hasher(self.verify, self.keep_md5, self.pinned is not None
+                              and self.pinned.algorithm not in ("", "md5"))
 
     def write(self, data: bytes) -> int | None:
         """libcurl's write callback. Returning 0 stops the transfer (CURLE_WRITE_ERROR):
