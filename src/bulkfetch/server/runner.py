@@ -42,18 +42,27 @@ def _require_free(host: str, port: int) -> None:
     server's own processes need, to share the port) would otherwise let this server bind
     beside another one of the same user, and the kernel would split the connections
     between two servers without a word."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (TIME_WAIT is fine)
-        probe.bind((host, port))
+    with _bound(host, port, share=False):  # (SO_REUSEADDR: a port in TIME_WAIT is free)
+        pass
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    return _bound(host, port, share=True)
+
+
+def _bound(host: str, port: int, *, share: bool) -> socket.socket:
+    """A TCP socket bound to `port`; `share`: with SO_REUSEPORT, for this server's
+    processes."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if share:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 
