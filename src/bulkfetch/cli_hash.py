@@ -14,7 +14,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, BinaryIO
 
@@ -44,6 +44,8 @@ from bulkfetch.redact import safe_name, safe_text
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.live import Live
+
+    from bulkfetch.dataset import MemberInfo
 
 __all__ = ["hash_command"]
 
@@ -242,13 +244,24 @@ def _dest(dest: str, options: HashOptions, quiet: bool) -> int:
     except UsageError as exc:
         raise click.UsageError(safe_text(str(exc), 1000)) from None
     progress = HashProgress()
-    unreadable = mismatched = 0
+    unreadable = mismatched = unrecorded = 0
     told: set[str] = set()  # one stderr line per distinct reason (a lost shard has many)
+
+    def recorded(infos: Iterable[MemberInfo]) -> Iterator[MemberInfo]:
+        # An index written before every tar member got an MD5 (bodies streamed beside a
+        # pinned SHA-256) has empty ones: nothing to compare with, so not hashed, not FAILED.
+        nonlocal unrecorded
+        for info in infos:
+            if info.md5:
+                yield info
+            else:
+                unrecorded += 1
+
     with dataset:
         if dataset.kind != "tar":
             return _dest_directory(Path(dest), options, quiet)
         with _session(progress, quiet) as out:
-            for info, digest in verify_members(dataset.infos(), Path(dest), options,
+            for info, digest in verify_members(recorded(dataset.infos()), Path(dest), options,
                                                progress):
                 name = safe_name(info.name)
                 if isinstance(digest, OSError):
@@ -263,6 +276,10 @@ def _dest(dest: str, options: HashOptions, quiet: bool) -> int:
                 progress.failed = unreadable + mismatched
     for line in check_warnings(0, unreadable, mismatched):
         _error(line.replace("listed file", "member"))
+    if unrecorded:
+        _error(f"WARNING: {unrecorded} member{'s' if unrecorded != 1 else ''} had no MD5 "
+               "recorded (an index written by an older bulkfetch): their bytes were not "
+               "checked")
     _summary(progress, "members verified", quiet)
     return 1 if unreadable or mismatched else 0
 

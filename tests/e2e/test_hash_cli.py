@@ -254,6 +254,21 @@ def test_dest_on_a_missing_shard_names_its_members(downloaded: Path, tmp_path: P
     assert proc.stderr.decode().count(file) == 1  # the reason once, not once per member
 
 
+def test_dest_skips_members_an_older_index_recorded_without_md5(downloaded: Path,
+                                                                tmp_path: Path) -> None:
+    dest = tmp_path / "copy"
+    shutil.copytree(downloaded, dest)
+    with sqlite3.connect(dest / "index.sqlite") as conn:  # as indexes before c7235db were
+        conn.execute("UPDATE members SET md5 = '' WHERE rowid % 10 = 0")
+        blank = conn.execute("SELECT count(*) FROM members WHERE md5 = ''").fetchone()[0]
+    assert blank > 0
+    proc = bulkfetch_hash("--dest", dest)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b""  # nothing named FAILED
+    assert f"{300 - blank} members verified".encode() in proc.stderr
+    assert f"WARNING: {blank} members had no MD5 recorded".encode() in proc.stderr
+
+
 def test_dest_reverifies_a_directory_download_and_md5sum_reads_its_sums(
         tmp_path: Path) -> None:
     dest = tmp_path / "plain"
