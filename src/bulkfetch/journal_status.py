@@ -27,6 +27,7 @@ from bulkfetch.journal import (
 )
 from bulkfetch.live import read_live
 from bulkfetch.models import Failure
+from bulkfetch.redact import TEXT_LIMIT, safe_text
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,14 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
+def _quoted(name: str) -> str:
+    """A remote name quoted and escaped, cut to TEXT_LIMIT characters (a hostile listing
+    can hold names of thousands)."""
+    if len(name) <= TEXT_LIMIT:
+        return repr(name)
+    return f"{name[:TEXT_LIMIT]!r}… ({len(name):,} characters)"
+
+
 def render_status(status: Status) -> str:
     t = status.totals
     state = status.state + (f" (pid {status.pid})" if status.pid else "")
@@ -137,12 +146,17 @@ def render_status(status: Status) -> str:
     if status.live is not None:
         lines += render_live(status.live)
     if status.last_error:
-        lines.append(f"last error: {status.last_error}")
+        lines.append(f"last error: {safe_text(status.last_error)}")
     if status.failures:
         lines.append(f"failures (first {len(status.failures)} of {t.files_failed:,}):")
-        lines += [f"  {f.name!r}: {f.reason} ({f.attempts} attempts)" for f in status.failures]
+        lines += [f"  {_quoted(f.name)}: {safe_text(f.reason)} ({f.attempts} attempts)"
+                  for f in status.failures]
+    retry = "rerun with --retry-failed to try the failed files again"
+    if len(status.failures) == t.files_failed and all(
+            f.reason.startswith("unsafe name") for f in status.failures):
+        retry = "every failed name is unsafe to store here: a retry would refuse it again"
     hint = {"interrupted": "rerun the same command to resume",
-            "finished with failures": "rerun with --retry-failed to try the failed files again",
+            "finished with failures": retry,
             "empty": "nothing listed yet: rerun the same command to start"}.get(status.state)
     if hint:
         lines.append(hint)

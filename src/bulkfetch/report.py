@@ -69,9 +69,26 @@ def _status(report: Report) -> tuple[str, str]:
     if report.error is not None or not report.listing_complete:
         parts.append("Rerun the same command to resume.")
     if report.files_failed:
-        parts.append(f"{report.files_failed:,} files failed; rerun the same command with "
-                     "--retry-failed to try them again.")
+        parts.append(_failed_advice(report))
     return " ".join(parts), "bold red"
+
+
+def _failed_advice(report: Report) -> str:
+    """How many files failed and whether --retry-failed can help: a name that is unsafe to
+    store is refused the same way every time."""
+    failed = report.files_failed
+    retry = "rerun the same command with --retry-failed to try them again."
+    if len(report.failures) != failed:  # the report holds the first 1,000 only
+        return f"{failed:,} files failed; {retry}"
+    unsafe = sum(failure.reason.startswith("unsafe name") for failure in report.failures)
+    if unsafe == failed:
+        return (f"{failed:,} files failed, all for names that are unsafe to store here "
+                "(listed above); a retry would refuse them again.")
+    if unsafe:
+        return (f"{failed:,} files failed; {unsafe:,} of them for names that are unsafe to "
+                "store here, which a retry would refuse again. Rerun the same command with "
+                "--retry-failed to try the others again.")
+    return f"{failed:,} files failed; {retry}"
 
 
 def stop_line(report: Report) -> str | None:

@@ -257,8 +257,13 @@ def test_retry_failed_until_everything_is_done(reference_server: Start, tmp_path
 
     for attempt in range(1, 6):
         started = time.time()
-        proc, report = get(server.url, dest, tmp_path / f"r{attempt}.json", "--quiet",
+        proc, report = get(server.url, dest, tmp_path / f"r{attempt}.json", "--plain",
                            "--retries", "0", "--retry-failed")
+        # the live count of failures is the report's: a file retried and failed again is
+        # not counted once from the journal and once more from this run
+        final = re.search(r"final: [\d,]+ files \(([\d,]+) failed", proc.stderr)
+        live_failed = int(final.group(1).replace(",", "")) if final else 0
+        assert live_failed == report["files_failed"], proc.stderr[-2000:]
         # only the files that had failed are asked for again
         asked = {r.target.removeprefix("/get/") for r in fetched(server, started)}
         assert asked <= failed, sorted(asked - failed)[:5]

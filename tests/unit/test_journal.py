@@ -453,6 +453,20 @@ def test_status_states_and_render(tmp_path: Path) -> None:
     assert status.totals.files_ok == 20
 
 
+def test_status_cuts_long_names_and_advises_no_retry_for_unsafe_ones(tmp_path: Path) -> None:
+    long = "deep-" + "y" * 5000
+    with Journal.open(tmp_path, FP) as j:
+        add_pages(j, range(1))
+        j.page_done(PageReport(0, 8, 8_000, (
+            Failure(long, "unsafe name: name longer than 4000 bytes", 0),
+            Failure("bad\x1b[2J", "unsafe name: name contains NUL or control characters", 0))))
+        j.finish_listing()
+    text = render_status(read_status(tmp_path))
+    assert len(max(text.splitlines(), key=len)) < 400
+    assert "(5,005 characters)" in text and "'bad\\x1b[2J'" in text and "\x1b" not in text
+    assert "--retry-failed" not in text and "a retry would refuse it again" in text
+
+
 def test_status_shows_at_most_20_failures(tmp_path: Path) -> None:
     with Journal.open(tmp_path, FP) as j:
         j.add_page(0, None, None, 50)

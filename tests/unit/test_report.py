@@ -244,6 +244,29 @@ def test_summary_says_what_the_exit_status_means(kw: dict[str, object], expect: 
     assert "50 downloaded (40 of them by earlier runs)" in out
 
 
+@pytest.mark.parametrize(
+    ("reasons", "total", "expect"),
+    [
+        (["HTTP 404", "HTTP 500"], 2, "2 files failed; rerun the same command with "
+                                      "--retry-failed to try them again."),
+        (["unsafe name: absolute path"] * 2, 2,
+         "2 files failed, all for names that are unsafe to store here (listed above); a "
+         "retry would refuse them again."),
+        (["unsafe name: absolute path", "HTTP 500"], 2,
+         "2 files failed; 1 of them for names that are unsafe to store here, which a retry "
+         "would refuse again. Rerun the same command with --retry-failed to try the others"),
+        # the report holds only the first failures: what the rest are is not known
+        (["unsafe name: absolute path"] * 2, 5000, "5,000 files failed; rerun the same "
+                                                   "command with --retry-failed"),
+    ],
+)
+def test_retry_failed_is_advised_only_where_a_retry_can_help(reasons: list[str], total: int,
+                                                              expect: str) -> None:
+    report = Report(source="s", dest="d", files_failed=total, listing_complete=True,
+                    failures=[Failure(f"n{i}", reason, 0) for i, reason in enumerate(reasons)])
+    assert expect in " ".join(render(report).split())
+
+
 def test_summary_table_figures() -> None:
     report = Report(source="http://h/", dest="/d", files_ok=1_234_567, files_failed=3,
                     bytes=118_000_000, retries=9, pages=1_235, duration_s=3_725.0,

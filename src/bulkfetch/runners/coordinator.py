@@ -69,6 +69,9 @@ class Coordinator:
         self.listing_over = False
         self.retry_names: dict[int, set[str]] = {}  # --retry-failed: seq -> failed names
         self.retrying: dict[int, tuple[str, ...]] = {}  # retry pages out: seq -> names sent
+        # Earlier failures handed to a worker again: from then on the worker's count has them
+        # (as ok or failed), so the journal's count of them no longer does
+        self.failures_resent = 0
         self.pool: WorkerPool | None = None
         self.journaled = [0, 0, 0]  # ok, failed, bytes of the pages this run journaled done
         # The journal cannot be written (disk full, I/O error): stop, as for a sink's fatal
@@ -87,7 +90,8 @@ class Coordinator:
         ticks = self.ticks.values()
         return Progress(
             files_ok=self.resumed_ok + sum(t.files_ok for t in ticks),
-            files_failed=self.journal_failed_before + sum(t.files_failed for t in ticks),
+            files_failed=(self.journal_failed_before - self.failures_resent
+                          + sum(t.files_failed for t in ticks)),
             bytes=self.resumed_bytes + sum(t.bytes for t in ticks),
             retries=sum(t.retries for t in ticks),
             in_flight=sum(t.in_flight for t in ticks),
@@ -306,6 +310,7 @@ class Coordinator:
                 self.retrying[event.seq] = items
                 if not items:
                     continue
+                self.failures_resent += len(items)
             headers = None
             if self.sync is not None and items:
                 items, headers = self._sync_plan(event.seq, page, items)
