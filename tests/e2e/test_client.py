@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import threading
 import time
 from pathlib import Path
@@ -68,6 +69,16 @@ def test_a_failure_raises_by_default(server) -> None:  # type: ignore[no-untyped
         name = next(iter(expected()))
         assert hashlib.md5(client.get(f"{server.url}/get/{name}")).hexdigest() == \
             expected()[name]
+
+
+def test_a_failure_after_retries_says_how_many_attempts_it_took() -> None:
+    with socket.socket() as probe:  # a port nobody listens on: refused at once, every time
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with Client(retries=2) as client, pytest.raises(FetchError) as caught:
+        client.get(f"http://127.0.0.1:{port}/x")
+    assert caught.value.attempts == 3
+    assert str(caught.value).endswith("(3 attempts)"), str(caught.value)
 
 
 def test_calls_from_threads_and_asyncio_share_one_client(server) -> None:  # type: ignore[no-untyped-def]
