@@ -247,6 +247,8 @@ def _warn_above_open_files(options: GetOptions) -> None:
     (engine/fetcher.py); said here, once, even with --quiet."""
     from bulkfetch.engine.adaptive import open_file_ceiling
 
+    if options.runner.kind != "local":  # Ray actors run under their nodes' own limits
+        return
     wanted, ceiling = options.limits.concurrency, open_file_ceiling()
     if not options.limits.adaptive and wanted > ceiling:
         click.echo(f"bulkfetch: --concurrency {wanted} is more than the open-file limit "
