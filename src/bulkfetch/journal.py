@@ -6,8 +6,8 @@ command resumes from it; `bulkfetch status DEST` reads it (read_status) while a 
 
 Threading and processes: a Journal is written from ONE thread of the main process only (the
 sqlite3 connection refuses use from any other thread). Workers never touch it: they send
-PageReports up and the main process calls page_done(). The lock on DEST/.bulkfetch/lock is
-closed in forked children (os.register_at_fork), so an orphaned worker cannot keep DEST locked.
+PageReports up and the main process calls page_done(). A Journal holds DEST's lock
+(dest_lock.py) from open() to close().
 
 Counting is incremental: SQLite triggers keep the one-row `run` table equal to the sums over
 `pages` (and each page's `failed` equal to its rows in `failures`) inside every write
@@ -22,7 +22,6 @@ contain NUL or lone surrogates, so hostile names round-trip exactly. The first p
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import sqlite3
@@ -32,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from bulkfetch.dest_lock import LOCK_NAME, lock_dest, unlock_dest
 from bulkfetch.errors import (
-    DestBusy,
     JournalCorrupt,
     JournalIOError,
     JournalMismatch,
@@ -46,9 +45,7 @@ SCHEMA_VERSION = 1
 APPLICATION_ID = 0x62664A31  # "bfJ1": marks the file as a bulkfetch journal
 STATE_DIR = ".bulkfetch"
 DB_NAME = "journal.sqlite"
-LOCK_NAME = "lock"
 _CHUNK = 1000
-_LOCK_TRIES = 5  # a `status` probe holds the lock shared for microseconds: retry briefly
 
 State = Literal["running", "finished", "finished with failures", "interrupted", "empty"]
 
@@ -193,75 +190,6 @@ def _differences(old: object, new: object, prefix: str = "") -> list[str]:
     return [f"  {prefix.rstrip('.') or '(fingerprint)'}: {show(old)} vs {show(new)}"]
 
 
-# ---------------------------------------------------------------------------- lock
-
-_LOCK_FDS: set[int] = set()
-
-
-def _close_locks_in_child() -> None:
-    for fd in _LOCK_FDS:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _LOCK_FDS.clear()
-
-
-os.register_at_fork(after_in_child=_close_locks_in_child)
-
-
-def _read_pid(fd: int) -> int | None:
-    try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        return int(text) if text.isdigit() else None
-    except OSError:
-        return None
-
-
-def _lock(dest: Path, path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    for attempt in range(_LOCK_TRIES):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if attempt == _LOCK_TRIES - 1:
-                pid = _read_pid(fd)
-                os.close(fd)
-                who = f"pid {pid}" if pid else "pid unknown"
-                raise DestBusy(f"{dest} is in use by another bulkfetch run ({who}): wait for "
-                               "it to finish or stop it, or choose another DEST",
-                               dest=dest, pid=pid) from None
-            time.sleep(0.02)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    _LOCK_FDS.add(fd)
-    return fd
-
-
-def _unlock(fd: int) -> None:
-    if fd in _LOCK_FDS:  # not already closed by a fork handler (or by us)
-        _LOCK_FDS.discard(fd)
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-        os.close(fd)  # releases the flock
-
-
-def _lock_holder(path: Path) -> tuple[bool, int | None]:
-    """(held, pid) without disturbing a run: a shared non-blocking probe, released at once."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return False, None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True, _read_pid(fd)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False, None
-    finally:
-        os.close(fd)
-
-
 # ---------------------------------------------------------------------------- schema
 
 
@@ -326,13 +254,13 @@ class Journal:
             if state.is_symlink() or (state.exists() and not state.is_dir()):
                 raise _corrupt(state, "is not a directory bulkfetch made (a symlink or a file)")
             state.mkdir(exist_ok=True)
-            lock_fd = _lock(dest, state / LOCK_NAME)
+            lock_fd = lock_dest(dest, state / LOCK_NAME)
         except OSError as exc:
             raise JournalIOError(f"cannot create the journal in {state}: {exc}") from None
         try:
             conn, resumed = cls._connect(dest, state / DB_NAME, fingerprint, restart)
         except BaseException:
-            _unlock(lock_fd)
+            unlock_dest(lock_fd)
             raise
         return cls(dest, conn, lock_fd, resumed)
 
@@ -609,7 +537,7 @@ class Journal:
             try:
                 conn.close()
             finally:
-                _unlock(self._lock_fd)
+                unlock_dest(self._lock_fd)
 
     def __enter__(self) -> Journal:
         return self

@@ -10,19 +10,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bulkfetch.dest_lock import LOCK_NAME, lock_holder
 from bulkfetch.errors import NoJournal
 from bulkfetch.journal import (
     _FAILURES_SQL,
     _TOTALS_SQL,
     DB_NAME,
-    LOCK_NAME,
     STATE_DIR,
     State,
     Totals,
     _check_schema,
     _corrupt,
     _dec,
-    _lock_holder,
     _totals,
 )
 from bulkfetch.live import read_live
@@ -72,7 +71,7 @@ def read_status(dest: Path) -> Status:
     path = dest / STATE_DIR / DB_NAME
     if not path.is_file():
         raise NoJournal(f"{dest} has no bulkfetch journal ({path} does not exist)")
-    held, pid = _lock_holder(dest / STATE_DIR / LOCK_NAME)
+    held, pid = lock_holder(dest / STATE_DIR / LOCK_NAME)
     try:
         conn = _connect_readonly(path)
     except sqlite3.DatabaseError as exc:

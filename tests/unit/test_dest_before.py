@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 from bulkfetch import index
-from bulkfetch.journal import LOCK_NAME, STATE_DIR
+from bulkfetch.dest_lock import LOCK_NAME
+from bulkfetch.journal import STATE_DIR
 from bulkfetch.runners.dest import DestBefore
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bulkfetch import index
+from bulkfetch.dest_lock import LOCK_NAME, lock_holder
 from bulkfetch.errors import BulkfetchError, UsageError
-from bulkfetch.journal import LOCK_NAME, STATE_DIR, Journal, _lock_holder
+from bulkfetch.journal import STATE_DIR, Journal
 from bulkfetch.sinks.directory import TMP_DIR
 
 
@@ -43,7 +44,7 @@ class DestBefore:
         """Remove what this run made in DEST, and DEST itself when it made it; nothing while
         another run holds DEST's lock (two runs began at once on a new DEST: the other
         one's journal is not this run's to remove)."""
-        if self.had_state or _lock_holder(self.dest / STATE_DIR / LOCK_NAME)[0]:
+        if self.had_state or lock_holder(self.dest / STATE_DIR / LOCK_NAME)[0]:
             return
         shutil.rmtree(self.dest / STATE_DIR, ignore_errors=True)
         if not self.had_index:
