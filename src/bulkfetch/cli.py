@@ -97,7 +97,7 @@ def status(dest: str, as_json: bool, watch: bool, interval: float) -> None:
 def demo(files: int, workers: int | None, dest: str) -> None:
     """Start a local reference server, download everything it lists into DEST with the live
     display, verify every file, and stop the server. DEST defaults to ./bulkfetch-demo and is
-    replaced on each run."""
+    replaced on each run; a DEST that holds anything the demo did not make is refused."""
     from bulkfetch.demo import run_demo
 
     try:

@@ -14,17 +14,28 @@ from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
 
 JOURNAL_DIR = ".bulkfetch"
+DEMO_MARK = f"{JOURNAL_DIR}/demo"  # what lets a later demo replace DEST
 
 
 def _check_dest(dest: Path) -> None:
-    """The demo replaces DEST, so it must be a demo's own directory (or new, or empty)."""
+    """The demo replaces DEST, so it must be new, empty, or a demo's own (marked): a real
+    download's DEST, journal and all, is not the demo's to remove."""
     if not dest.exists():
         return
     if not dest.is_dir():
         raise UsageError(f"DEST {str(dest)!r} exists and is not a directory")
-    if any(dest.iterdir()) and not (dest / JOURNAL_DIR).is_dir():
-        raise UsageError(f"DEST {str(dest)!r} is not empty and holds no bulkfetch run; "
-                         "choose another directory for the demo")
+    if any(dest.iterdir()) and not (dest / DEMO_MARK).is_file():
+        raise UsageError(f"DEST {str(dest)!r} is not empty and was not made by the demo, "
+                         "which removes its DEST before it starts: choose another directory "
+                         "(or remove this one yourself if it is an older demo's)")
+
+
+def _fresh_dest(dest: Path) -> None:
+    """DEST emptied and marked as the demo's, so that the next demo may replace it."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / JOURNAL_DIR).mkdir(parents=True)
+    (dest / DEMO_MARK).write_text("made by `bulkfetch demo`, which replaces this directory\n")
 
 
 def verify_against_dataset(dest: Path, files: int, seed: int = 0) -> tuple[int, list[str]]:
@@ -54,8 +65,7 @@ def run_demo(files: int, dest_text: str, workers: int | None) -> int:
     console = Console(stderr=True)
     dest = Path(dest_text)
     _check_dest(dest)
-    if dest.exists():
-        shutil.rmtree(dest)
+    _fresh_dest(dest)
     cores = os.cpu_count() or 1
     with ReferenceServer("--files", str(files)) as server:
         console.print(f"[bold]bulkfetch demo[/]: reference server {server.url} poses as "

@@ -21,7 +21,8 @@ from bulkfetch.server.sizes import parse_size_spec
 STATE = ".bulkfetch"
 STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp",
                  "partial", "sums", "failures.jsonl", "status.json", "metrics.prom",
-                 "sync.sqlite"}  # (get --sync's index)
+                 "sync.sqlite",  # (get --sync's index)
+                 "demo"}  # (the mark that lets `bulkfetch demo` replace its DEST)
 
 
 def dataset(files: int, nested: bool = False, seed: int = 0) -> SyntheticDataSet:

@@ -255,6 +255,23 @@ def test_demo(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "verified 3,000 of 3,000" in proc.stdout + proc.stderr
     assert_complete(dest, expected_files(3000))
+    again = cli("demo", "--files", "300", str(dest))  # its own DEST: replaced
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert_complete(dest, expected_files(300))
+
+
+def test_demo_leaves_a_real_download_alone(reference_server: Start, tmp_path: Path) -> None:
+    dest = tmp_path / "mine"
+    server = reference_server("--files", "200")
+    proc, _ = get(server.url, dest, tmp_path / "r.json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    (dest / "my-notes.txt").write_text("mine")
+    before = sorted(path.relative_to(dest) for path in dest.rglob("*"))
+    demo = cli("demo", "--files", "300", str(dest))
+    assert demo.returncode == 2, demo.stderr[-3000:]
+    assert "was not made by the demo" in demo.stderr and str(dest) in demo.stderr
+    assert sorted(path.relative_to(dest) for path in dest.rglob("*")) == before
+    assert (dest / "my-notes.txt").read_text() == "mine"
 
 
 # -- proxies from the environment ----------------------------------------------------------
