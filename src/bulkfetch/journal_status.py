@@ -152,8 +152,9 @@ def render_status(status: Status) -> str:
                   for f in status.failures]
     retry = "rerun with --retry-failed to try the failed files again"
     if len(status.failures) == t.files_failed and all(
-            f.reason.startswith("unsafe name") for f in status.failures):
-        retry = "every failed name is unsafe to store here: a retry would refuse it again"
+            f.attempts == 0 for f in status.failures):
+        retry = ("every failed file was refused before any request, for what the listing "
+                 "says of it: a retry would refuse it again")
     hint = {"interrupted": "rerun the same command to resume",
             "finished with failures": retry,
             "empty": "nothing listed yet: rerun the same command to start"}.get(status.state)

@@ -74,20 +74,21 @@ def _status(report: Report) -> tuple[str, str]:
 
 
 def _failed_advice(report: Report) -> str:
-    """How many files failed and whether --retry-failed can help: a name that is unsafe to
-    store is refused the same way every time."""
+    """How many files failed and whether --retry-failed can help: a file refused before any
+    request (an unsafe name, no usable URL: what the listing says of it) is refused the same
+    way every time."""
     failed = report.files_failed
     retry = "rerun the same command with --retry-failed to try them again."
     if len(report.failures) != failed:  # the report holds the first 1,000 only
         return f"{failed:,} files failed; {retry}"
-    unsafe = sum(failure.reason.startswith("unsafe name") for failure in report.failures)
-    if unsafe == failed:
-        return (f"{failed:,} files failed, all for names that are unsafe to store here "
-                "(listed above); a retry would refuse them again.")
-    if unsafe:
-        return (f"{failed:,} files failed; {unsafe:,} of them for names that are unsafe to "
-                "store here, which a retry would refuse again. Rerun the same command with "
-                "--retry-failed to try the others again.")
+    refused = sum(failure.attempts == 0 for failure in report.failures)
+    if refused == failed:
+        return (f"{failed:,} files failed, all refused before any request for what the "
+                "listing says of them (see the reasons): a retry would refuse them again.")
+    if refused:
+        return (f"{failed:,} files failed; {refused:,} of them refused before any request "
+                "for what the listing says of them, which a retry would refuse again. Rerun "
+                "the same command with --retry-failed to try the others again.")
     return f"{failed:,} files failed; {retry}"
 
 

@@ -465,6 +465,7 @@ def test_status_cuts_long_names_and_advises_no_retry_for_unsafe_ones(tmp_path: P
     assert len(max(text.splitlines(), key=len)) < 400
     assert "(5,005 characters)" in text and "'bad\\x1b[2J'" in text and "\x1b" not in text
     assert "--retry-failed" not in text and "a retry would refuse it again" in text
+    assert "refused before any request" in text
 
 
 def test_status_shows_at_most_20_failures(tmp_path: Path) -> None:

@@ -245,25 +245,25 @@ def test_summary_says_what_the_exit_status_means(kw: dict[str, object], expect: 
 
 
 @pytest.mark.parametrize(
-    ("reasons", "total", "expect"),
+    ("attempts", "total", "expect"),
     [
-        (["HTTP 404", "HTTP 500"], 2, "2 files failed; rerun the same command with "
-                                      "--retry-failed to try them again."),
-        (["unsafe name: absolute path"] * 2, 2,
-         "2 files failed, all for names that are unsafe to store here (listed above); a "
-         "retry would refuse them again."),
-        (["unsafe name: absolute path", "HTTP 500"], 2,
-         "2 files failed; 1 of them for names that are unsafe to store here, which a retry "
-         "would refuse again. Rerun the same command with --retry-failed to try the others"),
+        ([1, 9], 2, "2 files failed; rerun the same command with --retry-failed to try them "
+                    "again."),
+        ([0, 0], 2, "2 files failed, all refused before any request for what the listing "
+                    "says of them (see the reasons): a retry would refuse them again."),
+        ([0, 3], 2, "2 files failed; 1 of them refused before any request for what the "
+                    "listing says of them, which a retry would refuse again. Rerun the same "
+                    "command with --retry-failed to try the others again."),
         # the report holds only the first failures: what the rest are is not known
-        (["unsafe name: absolute path"] * 2, 5000, "5,000 files failed; rerun the same "
-                                                   "command with --retry-failed"),
+        ([0, 0], 5000, "5,000 files failed; rerun the same command with --retry-failed"),
     ],
 )
-def test_retry_failed_is_advised_only_where_a_retry_can_help(reasons: list[str], total: int,
+def test_retry_failed_is_advised_only_where_a_retry_can_help(attempts: list[int], total: int,
                                                               expect: str) -> None:
     report = Report(source="s", dest="d", files_failed=total, listing_complete=True,
-                    failures=[Failure(f"n{i}", reason, 0) for i, reason in enumerate(reasons)])
+                    failures=[Failure(f"n{i}", "unsafe name: absolute path" if tries == 0
+                                      else "HTTP 500", tries)
+                              for i, tries in enumerate(attempts)])
     assert expect in " ".join(render(report).split())
 
 
