@@ -78,6 +78,22 @@ def test_jsonl_rows_that_give_no_url_fail_on_their_own(tmp_path: Path) -> None:
         "not an http:// or https:// URL: 'ftp://x/y'", ("5.jpg", URLS[2])]
 
 
+def test_a_row_without_a_name_in_the_name_column_fails_saying_so(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in [
+        {"url": URLS[0], "key": "a.jpg"}, {"url": URLS[1], "key": None}, {"url": URLS[2]},
+        {"url": URLS[2], "key": ""}]) + "\n")
+    source = TableSource(str(path), TableOptions(name_col="key"))
+    outcomes = []
+    for item in source.list_page(None).items:
+        try:
+            outcomes.append(source.resolve(item))
+        except ValueError as exc:
+            outcomes.append(str(exc))
+    assert outcomes == [("a.jpg", URLS[0])] + [
+        f"row {row}: no name in column 'key'" for row in (1, 2, 3)]
+
+
 def test_bad_columns_and_templates_are_usage_errors_naming_them(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "t.csv")
     with pytest.raises(UsageError, match=r"--url-col 'link' is not a column .*'caption', 'url'"):

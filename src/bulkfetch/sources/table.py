@@ -196,6 +196,9 @@ class TableSource:
         if not url:
             return [f"{name or f'row {index}'}\0\0row {index}: no URL in column "
                     f"{self.options.url_col!r}"]
+        if not name and self.options.name_col is not None:
+            return [f"row {index}\0\0row {index}: no name in column "
+                    f"{self.options.name_col!r}"]
         if row[2] is not None or not url.startswith(("http://", "https://")):
             # Checked here, not only in resolve(): a row whose URL cannot be fetched gets no
             # JSON, and a data: URL in the table must not pass for one this source made.
