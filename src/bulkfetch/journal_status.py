@@ -4,6 +4,7 @@ a run that holds it."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
@@ -70,6 +71,9 @@ def read_status(dest: Path) -> Status:
     dest = Path(dest)
     path = dest / STATE_DIR / DB_NAME
     if not path.is_file():
+        if not dest.is_dir():
+            what = "is not a directory" if os.path.lexists(dest) else "does not exist"
+            raise NoJournal(f"{dest} {what}: give the DEST of a bulkfetch get")
         raise NoJournal(f"{dest} has no bulkfetch journal ({path} does not exist)")
     held, pid = lock_holder(dest / STATE_DIR / LOCK_NAME)
     try:

@@ -421,8 +421,10 @@ def test_read_status_after_kill_says_interrupted(tmp_path: Path) -> None:
 
 
 def test_status_states_and_render(tmp_path: Path) -> None:
-    with pytest.raises(NoJournal, match=str(tmp_path)):
+    with pytest.raises(NoJournal, match=f"{tmp_path} has no bulkfetch journal"):
         read_status(tmp_path)
+    with pytest.raises(NoJournal, match=f"{tmp_path}/gone does not exist"):
+        read_status(tmp_path / "gone")
     assert not (tmp_path / ".bulkfetch").exists()  # status created nothing
     with Journal.open(tmp_path, FP):
         pass
