@@ -303,7 +303,8 @@ def _recorded_sums(dest: Path) -> list[Path]:
 
 def _dest_directory(dest: Path, options: HashOptions, quiet: bool) -> int:
     """Every file a directory download recorded (DEST/.bulkfetch/sums) against its MD5.
-    A file fetched again by a rerun has a line per fetch: each is checked."""
+    A file fetched again by a rerun has a line per fetch: each is checked (a --sync pass
+    that changed DEST leaves one line per file: sync.py)."""
     from bulkfetch.names import check_name
 
     progress = HashProgress()

@@ -19,6 +19,11 @@ DEST/.bulkfetch; --dry-run lists them and removes nothing.
 The index (DEST/.bulkfetch/sync.sqlite) keeps the recorded MD5s by path, rebuilt from the
 sums at each start, and the paths a pass listed, kept across an interrupted pass: memory
 does not grow with the number of files.
+
+A pass that ends complete and changed DEST (fetched a file again, or removed one) rewrites
+the sums as one file, a line per file DEST holds: the lines of a file's older versions and
+of removed files go, so that `bulkfetch hash --dest DEST` and `md5sum -c`, which check every
+line, hold DEST to what it is now rather than to what it was.
 """
 
 from __future__ import annotations
@@ -28,12 +33,13 @@ import os
 import sqlite3
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from bulkfetch.config import GetOptions
 from bulkfetch.errors import BulkfetchError
-from bulkfetch.hashfile import parse_line
+from bulkfetch.hashfile import parse_line, sum_lines
 from bulkfetch.names import local_parts
 
 INDEX_NAME = "sync.sqlite"
@@ -51,13 +57,15 @@ class SyncIndex:
         self.dest = Path(dest)
         self.fanout = fanout
         self.path = path or self.dest / STATE_DIR / INDEX_NAME
+        self.sums_read: dict[str, int] = {}  # the sums files _load_sums() read: their sizes
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None)
             self.db.executescript(
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
                 "CREATE TABLE IF NOT EXISTS kept (path TEXT PRIMARY KEY, md5 TEXT NOT NULL)"
                 " WITHOUT ROWID;"
-                "CREATE TABLE IF NOT EXISTS listed (path TEXT PRIMARY KEY) WITHOUT ROWID;")
+                "CREATE TABLE IF NOT EXISTS listed (path TEXT PRIMARY KEY) WITHOUT ROWID;"
+                "CREATE TEMP TABLE removed (path TEXT PRIMARY KEY) WITHOUT ROWID;")
             if new_pass:
                 self.db.execute("DELETE FROM listed")
             if path is None:  # (a dry run compares nothing)
@@ -68,9 +76,8 @@ class SyncIndex:
 
     def _load_sums(self) -> None:
         """The MD5 of each path, from the sums files oldest first (a later line wins)."""
-        sums = self.dest / SUMS_DIR
-        files = sorted(sums.iterdir(), key=lambda p: (p.stat().st_mtime_ns, p.name)) \
-            if sums.is_dir() else []
+        files = self._sums_files()
+        self.sums_read = {file.name: file.stat().st_size for file in files}
         self.db.execute("BEGIN")
         self.db.execute("DELETE FROM kept")
         for file in files:
@@ -84,6 +91,14 @@ class SyncIndex:
                         self._keep(batch)
                 self._keep(batch)
         self.db.execute("COMMIT")
+
+    def _sums_files(self) -> list[Path]:
+        """DEST's sums files, oldest first (a later file's line of a path wins)."""
+        sums = self.dest / SUMS_DIR
+        if not sums.is_dir():
+            return []
+        return sorted((entry for entry in sums.iterdir() if entry.name.endswith(".md5")),
+                      key=lambda entry: (entry.stat().st_mtime_ns, entry.name))
 
     def _keep(self, batch: list[tuple[str, str]]) -> None:
         self.db.executemany("INSERT OR REPLACE INTO kept (path, md5) VALUES (?, ?)", batch)
@@ -185,10 +200,46 @@ class SyncIndex:
                 except OSError as exc:
                     raise BulkfetchError(f"cannot remove {self.dest / path}: "
                                          f"{exc.strerror}") from None
+                self.db.execute("INSERT OR IGNORE INTO removed (path) VALUES (?)", (path,))
             removed += 1
             if each is not None:
                 each(path)
         return removed
+
+    def compact_sums(self) -> bool:
+        """After a complete pass: when it wrote sums lines or removed files, rewrite DEST's
+        sums as one file holding the latest line of each file still there (written beside
+        them and renamed, then the older files removed: a crash in between leaves the newest
+        file the winner). Returns whether it rewrote them."""
+        files = self._sums_files()
+        removed = self.db.execute("SELECT count(*) FROM removed").fetchone()[0]
+        if not removed and {f.name: f.stat().st_size for f in files} == self.sums_read:
+            return False
+        self._load_sums()  # with this pass's lines, the latest of each path winning
+        sums = self.dest / SUMS_DIR
+        compacted = sums / f"sync-{time.time_ns()}.md5"
+        temporary = sums / (compacted.name + ".tmp")
+        rows = self.db.execute(
+            "SELECT path, md5 FROM kept WHERE path NOT IN (SELECT path FROM removed) "
+            "ORDER BY path")
+        try:
+            with open(temporary, "wb") as out:
+                while batch := rows.fetchmany(10_000):
+                    out.write(sum_lines([(md5, path) for path, md5 in batch]))
+                out.flush()
+                os.fsync(out.fileno())
+            os.rename(temporary, compacted)
+            for file in self._sums_files():
+                if file.name != compacted.name:
+                    file.unlink()
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise BulkfetchError(f"cannot rewrite the checksums in {sums}: "
+                                 f"{exc.strerror}") from None
+        self.db.execute("DELETE FROM removed")
+        self.sums_read = {compacted.name: compacted.stat().st_size}
+        return True
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):

@@ -86,6 +86,19 @@ def copy_of(filled: Path, tmp_path: Path) -> Path:
     return dest
 
 
+def assert_sums_hold_dest(dest: Path, files: int) -> None:
+    """`hash --dest` and `md5sum -c`, which check every line of DEST's sums, find DEST as it
+    is now: no line of a file's older version, none of a removed file."""
+    checked = subprocess.run([sys.executable, "-m", "bulkfetch", "hash", "--dest", str(dest)],
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
+    assert f"{files:,} files verified" in checked.stderr, checked.stderr
+    sums = sorted((dest / ".bulkfetch" / "sums").glob("*.md5"))
+    coreutils = subprocess.run(["md5sum", "-c", "--quiet", *map(str, sums)], cwd=dest,
+                               capture_output=True, text=True, timeout=120)
+    assert coreutils.returncode == 0, coreutils.stdout[-2000:] + coreutils.stderr[-2000:]
+
+
 def test_sync_fetches_exactly_the_changed_and_new_files(filled: Path, tmp_path: Path) -> None:
     dest = copy_of(filled, tmp_path)
     before = stats(dest)
@@ -105,11 +118,14 @@ def test_sync_fetches_exactly_the_changed_and_new_files(filled: Path, tmp_path: 
             assert after[name] == was, name
     assert all(after[name] != before[name] for name in fetch if name in before)
     assert_complete(dest, md5s(GROWN, 2))  # what a fresh download of epoch 2 holds
-    # and a second sync finds everything in step: no body at all
+    assert_sums_hold_dest(dest, GROWN)
+    sums = sorted((dest / ".bulkfetch" / "sums").iterdir())
+    # and a second sync finds everything in step: no body at all, the sums left as they are
     with ReferenceServer(*PORT, *EPOCH_2, access_log=True) as server:
         proc, report = get(server.url, dest, tmp_path / "r.json", "--sync")
         assert set(file_gets(server)) == {304}
     assert proc.returncode == 0 and report["unchanged"] == GROWN
+    assert sorted((dest / ".bulkfetch" / "sums").iterdir()) == sums
 
 
 def test_a_locally_removed_file_is_fetched_again(filled: Path, tmp_path: Path) -> None:
@@ -147,6 +163,7 @@ def test_delete_dry_run_lists_and_delete_removes_only_what_is_gone(
     assert outside.read_text() == "not DEST's"
     assert_complete(dest, md5s(shrunk))
     assert (dest / ".bulkfetch" / "journal.sqlite").exists()
+    assert_sums_hold_dest(dest, shrunk)
 
 
 def test_delete_waits_for_a_complete_listing(filled: Path, tmp_path: Path) -> None:

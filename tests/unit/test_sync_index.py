@@ -87,3 +87,26 @@ def test_listed_paths_survive_an_interrupted_pass_and_a_new_pass_forgets_them(
     again = SyncIndex(dest, 0, new_pass=True)
     assert sorted(path for _, _, path in again.gone()) == ["a", "b"]
     again.close()
+
+
+def test_a_pass_that_changed_dest_leaves_one_sums_line_per_file_it_holds(
+        tmp_path: Path) -> None:
+    dest = dest_with(tmp_path, {"a": b"1", "b": b"2", "old": b"o"},
+                     [[("a", MD5_C), ("b", MD5_B), ("old", MD5_A)]])
+    index = SyncIndex(dest, 0, new_pass=True)
+    assert index.compact_sums() is False  # nothing changed: the sums stay as they are
+    assert [p.name for p in (dest / ".bulkfetch" / "sums").iterdir()] == ["w0-0.md5"]
+    index.plan(["a", "b"], ["a", "b"], None, None)
+    # the pass fetched "a" again (a worker appended its new line) and "old" is gone
+    (dest / ".bulkfetch" / "sums" / "w1-9.md5").write_bytes(sum_lines([(MD5_A, "a")]))
+    assert index.delete_gone(dry_run=False) == 1
+    assert index.compact_sums() is True
+    sums = list((dest / ".bulkfetch" / "sums").iterdir())
+    assert len(sums) == 1 and sums[0].name.startswith("sync-")
+    assert sums[0].read_bytes() == sum_lines([(MD5_A, "a"), (MD5_B, "b")])
+    index.close()
+    # the next start reads the rewritten sums as it read the old ones
+    again = SyncIndex(dest, 0, new_pass=True)
+    _, headers = again.plan(["a", "b"], ["a", "b"], None, None)
+    assert headers == (f'If-None-Match: "{MD5_A}"', f'If-None-Match: "{MD5_B}"')
+    again.close()

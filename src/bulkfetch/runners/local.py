@@ -50,17 +50,19 @@ def _error_report(options: GetOptions, source: Any, message: str,
 
 
 def _after_sync(options: GetOptions, sync: SyncIndex, report: Report) -> Report:
-    """--sync: the files the listing showed unchanged in the report and, with --delete
-    after a pass listed to its end, the files the source no longer lists removed."""
+    """--sync: the files the listing showed unchanged in the report; after a pass listed
+    to its end, with --delete the files the source no longer lists removed, and the sums
+    rewritten to what DEST now holds."""
     report = dataclasses.replace(report, unchanged=report.unchanged + sync.unchanged)
-    if not options.sync.delete:
-        return report
     if not report.listing_complete or report.error is not None or report.interrupted:
         return report  # a file not listed yet is not a file gone
     try:
-        return dataclasses.replace(report, deleted=sync.delete_gone(dry_run=False))
+        if options.sync.delete:
+            report = dataclasses.replace(report, deleted=sync.delete_gone(dry_run=False))
+        sync.compact_sums()
     except BulkfetchError as exc:
         return dataclasses.replace(report, error=str(exc))
+    return report
 
 
 def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Report:
