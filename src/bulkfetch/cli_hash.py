@@ -285,44 +285,64 @@ def _dest(dest: str, options: HashOptions, quiet: bool) -> int:
 
 
 def _recorded_sums(dest: Path) -> list[Path]:
-    """The checksum files the directory sink wrote in DEST."""
-    from bulkfetch.sinks.directory import SUMS_DIR
+    """The checksum files the directory sink wrote in DEST, oldest first."""
+    from bulkfetch.sums import SUMS_DIR, sums_files
 
     try:
-        names = sorted(entry for entry in os.listdir(dest / SUMS_DIR) if entry.endswith(".md5"))
+        files = sums_files(dest)
     except OSError:
-        names = []
-    if not names:
+        files = []
+    if not files:
         raise click.UsageError(
             f"{safe_text(str(dest))} has no checksums recorded ({SUMS_DIR}): it was "
             "downloaded with --no-verify or by a bulkfetch older than `hash --dest` for "
             f"directories. For fresh checksums run `bulkfetch hash {safe_text(str(dest))} > "
             "sums`, and later `bulkfetch hash --check sums`")
-    return [dest / SUMS_DIR / name for name in names]
+    return files
+
+
+def _latest_recorded(dest: Path) -> Iterator[tuple[str, str] | None]:
+    """(path under DEST, MD5) of the latest line of each path in DEST's sums (a file fetched
+    again by a rerun, --restart or --sync has a newer line: sums.py), in path order; None
+    for each line that is not an MD5 line. The lines go through a temporary SQLite database
+    on disk, so memory stays flat."""
+    import sqlite3
+
+    from bulkfetch.sums import KEPT_TABLE, load_latest
+
+    db = sqlite3.connect("", isolation_level=None)  # "": a private temporary file
+    try:
+        db.execute(KEPT_TABLE)
+        try:
+            _, improper = load_latest(db, dest)
+        except OSError as exc:
+            raise click.UsageError(f"cannot read the checksums in {safe_text(str(dest))}: "
+                                   f"{exc.strerror}") from None
+        yield from (None for _ in range(improper))
+        rows = db.execute("SELECT path, md5 FROM kept ORDER BY path")
+        while batch := rows.fetchmany(1000):
+            yield from batch
+    finally:
+        db.close()
 
 
 def _dest_directory(dest: Path, options: HashOptions, quiet: bool) -> int:
-    """Every file a directory download recorded (DEST/.bulkfetch/sums) against its MD5.
-    A file fetched again by a rerun has a line per fetch: each is checked (a --sync pass
-    that changed DEST leaves one line per file: sync.py)."""
+    """Every file a directory download recorded (DEST/.bulkfetch/sums) against the MD5 of
+    its latest line."""
     from bulkfetch.names import check_name
 
     progress = HashProgress()
     unreadable = mismatched = improper = 0
 
-    sums = _recorded_sums(dest)
+    _recorded_sums(dest)  # a usage error when there are none, before the display starts
 
     def entries() -> Iterator[CheckEntry]:
         nonlocal improper
-        for path in sums:
-            with open(path, "rb") as stream:
-                reader = ChecksumReader(stream, "md5")
-                for entry in reader:
-                    if check_name(entry.path) is None:  # never a path outside DEST
-                        yield CheckEntry(str(dest / entry.path), entry.expected)
-                    else:
-                        improper += 1
-                improper += reader.improper
+        for found in _latest_recorded(dest):
+            if found is None or check_name(found[0]) is not None:  # never outside DEST
+                improper += 1
+            else:
+                yield CheckEntry(str(dest / found[0]), found[1])
 
     with _session(progress, quiet) as out:
         for entry, digest in check_entries(entries(), "md5", options, progress):

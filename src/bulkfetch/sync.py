@@ -33,17 +33,15 @@ import os
 import sqlite3
 import stat
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from bulkfetch.config import GetOptions
 from bulkfetch.errors import BulkfetchError
-from bulkfetch.hashfile import parse_line, sum_lines
 from bulkfetch.names import local_parts
+from bulkfetch.sums import KEPT_TABLE, SUMS_DIR, load_latest, rewrite, sums_files
 
 INDEX_NAME = "sync.sqlite"
-SUMS_DIR = ".bulkfetch/sums"
 STATE_DIR = ".bulkfetch"
 _BATCH = 500  # paths a query asks for at once (SQLite's limit on variables is 32,766)
 
@@ -62,8 +60,7 @@ class SyncIndex:
             self.db = sqlite3.connect(self.path, isolation_level=None)
             self.db.executescript(
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-                "CREATE TABLE IF NOT EXISTS kept (path TEXT PRIMARY KEY, md5 TEXT NOT NULL)"
-                " WITHOUT ROWID;"
+                f"{KEPT_TABLE};"
                 "CREATE TABLE IF NOT EXISTS listed (path TEXT PRIMARY KEY) WITHOUT ROWID;"
                 "CREATE TEMP TABLE removed (path TEXT PRIMARY KEY) WITHOUT ROWID;")
             if new_pass:
@@ -75,34 +72,8 @@ class SyncIndex:
         self.unchanged = 0  # files a listing showed equal to DEST's: not asked for
 
     def _load_sums(self) -> None:
-        """The MD5 of each path, from the sums files oldest first (a later line wins)."""
-        files = self._sums_files()
-        self.sums_read = {file.name: file.stat().st_size for file in files}
-        self.db.execute("BEGIN")
-        self.db.execute("DELETE FROM kept")
-        for file in files:
-            with file.open("rb") as lines:
-                batch: list[tuple[str, str]] = []
-                for line in lines:
-                    parsed = parse_line(line.rstrip(b"\n"))
-                    if parsed is not None and len(parsed.hexdigest) == 32:
-                        batch.append((os.fsdecode(parsed.name), parsed.hexdigest))
-                    if len(batch) >= 10_000:
-                        self._keep(batch)
-                self._keep(batch)
-        self.db.execute("COMMIT")
-
-    def _sums_files(self) -> list[Path]:
-        """DEST's sums files, oldest first (a later file's line of a path wins)."""
-        sums = self.dest / SUMS_DIR
-        if not sums.is_dir():
-            return []
-        return sorted((entry for entry in sums.iterdir() if entry.name.endswith(".md5")),
-                      key=lambda entry: (entry.stat().st_mtime_ns, entry.name))
-
-    def _keep(self, batch: list[tuple[str, str]]) -> None:
-        self.db.executemany("INSERT OR REPLACE INTO kept (path, md5) VALUES (?, ?)", batch)
-        batch.clear()
+        """The MD5 of each path, the latest line of it winning (sums.py)."""
+        self.sums_read, _ = load_latest(self.db, self.dest)
 
     def local_path(self, name: str) -> str:
         return "/".join(local_parts(name, self.fanout))
@@ -211,31 +182,15 @@ class SyncIndex:
         sums as one file holding the latest line of each file still there (written beside
         them and renamed, then the older files removed: a crash in between leaves the newest
         file the winner). Returns whether it rewrote them."""
-        files = self._sums_files()
+        files = sums_files(self.dest)
         removed = self.db.execute("SELECT count(*) FROM removed").fetchone()[0]
         if not removed and {f.name: f.stat().st_size for f in files} == self.sums_read:
             return False
         self._load_sums()  # with this pass's lines, the latest of each path winning
-        sums = self.dest / SUMS_DIR
-        compacted = sums / f"sync-{time.time_ns()}.md5"
-        temporary = sums / (compacted.name + ".tmp")
-        rows = self.db.execute(
-            "SELECT path, md5 FROM kept WHERE path NOT IN (SELECT path FROM removed) "
-            "ORDER BY path")
         try:
-            with open(temporary, "wb") as out:
-                while batch := rows.fetchmany(10_000):
-                    out.write(sum_lines([(md5, path) for path, md5 in batch]))
-                out.flush()
-                os.fsync(out.fileno())
-            os.rename(temporary, compacted)
-            for file in self._sums_files():
-                if file.name != compacted.name:
-                    file.unlink()
+            compacted = rewrite(self.db, self.dest, exclude="removed")
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
-            raise BulkfetchError(f"cannot rewrite the checksums in {sums}: "
+            raise BulkfetchError(f"cannot rewrite the checksums in {self.dest / SUMS_DIR}: "
                                  f"{exc.strerror}") from None
         self.db.execute("DELETE FROM removed")
         self.sums_read = {compacted.name: compacted.stat().st_size}

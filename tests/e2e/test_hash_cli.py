@@ -9,9 +9,11 @@ import hashlib
 import os
 import random
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -306,3 +308,52 @@ def test_dest_on_a_directory_without_recorded_sums_exits_2_and_says_what_to_do(
     assert proc.returncode == 2
     err = proc.stderr.decode()
     assert "has no checksums recorded" in err and f"bulkfetch hash {dest} > sums" in err
+
+
+def test_dest_holds_a_directory_to_the_latest_line_of_each_file(tmp_path: Path) -> None:
+    """A file fetched again (a resumed page, --restart, --sync) has a newer sums line in a
+    newer file: that line is the one checked, whatever the older ones say."""
+    dest = tmp_path / "dest"
+    sums = dest / ".bulkfetch" / "sums"
+    sums.mkdir(parents=True)
+    (dest / "a").write_bytes(b"now")
+    (dest / "b").write_bytes(b"b")
+    now, before = hashlib.md5(b"now").hexdigest(), hashlib.md5(b"before").hexdigest()
+    b_md5 = hashlib.md5(b"b").hexdigest()
+
+    def log(name: str, lines: str, age: float) -> None:
+        (sums / name).write_text(lines)
+        os.utime(sums / name, (time.time() - age, time.time() - age))
+
+    log("w1-100.md5", f"{before}  a\n{b_md5}  b\n", 60)
+    log("w0-200.md5", f"{now}  a\n", 30)
+    proc = bulkfetch_hash("--dest", dest)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert b"2 files verified" in proc.stderr
+    os.utime(sums / "w1-100.md5")  # now the old line is the newer one: it holds, and fails
+    proc = bulkfetch_hash("--dest", dest)
+    assert proc.returncode == 1 and proc.stdout == b"a: FAILED\n"
+
+
+def test_dest_after_a_restart_against_changed_files_holds_and_md5sum_agrees(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    shape = ("--files", "400", "--port", str(_free_port()))
+    with ReferenceServer(*shape) as server:
+        assert bulkfetch.download(server.url, dest, workers=2).exit_code == 0
+    with ReferenceServer(*shape, "--epoch", "2", "--mutate-rate", "0.2") as server:
+        assert bulkfetch.download(server.url, dest, workers=2, restart=True).exit_code == 0
+    proc = bulkfetch_hash("--dest", dest)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert b"400 files verified" in proc.stderr
+    files = sorted((dest / ".bulkfetch" / "sums").glob("*.md5"))
+    assert len(files) == 1  # one line per file: md5sum -c reads them as they are
+    coreutils = subprocess.run(["md5sum", "-c", "--quiet", str(files[0])], cwd=dest,
+                               capture_output=True, timeout=60)
+    assert coreutils.returncode == 0, coreutils.stdout + coreutils.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -102,7 +102,7 @@ def test_a_pass_that_changed_dest_leaves_one_sums_line_per_file_it_holds(
     assert index.delete_gone(dry_run=False) == 1
     assert index.compact_sums() is True
     sums = list((dest / ".bulkfetch" / "sums").iterdir())
-    assert len(sums) == 1 and sums[0].name.startswith("sync-")
+    assert len(sums) == 1 and sums[0].name.startswith("sums-")
     assert sums[0].read_bytes() == sum_lines([(MD5_A, "a"), (MD5_B, "b")])
     index.close()
     # the next start reads the rewritten sums as it read the old ones

@@ -28,6 +28,7 @@ from bulkfetch.runners.pool import ProcessPool, WorkerPool
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
 from bulkfetch.sources import make_source
+from bulkfetch.sums import SUMS_DIR, compact
 from bulkfetch.sync import SyncIndex
 
 
@@ -62,6 +63,19 @@ def _after_sync(options: GetOptions, sync: SyncIndex, report: Report) -> Report:
         sync.compact_sums()
     except BulkfetchError as exc:
         return dataclasses.replace(report, error=str(exc))
+    return report
+
+
+def _after_restart(dest: Path, report: Report) -> Report:
+    """--restart into a directory, listed to its end: every file stored again has a newer
+    sums line, so the sums are rewritten to one line per file (sums.py), for md5sum -c."""
+    if not report.listing_complete or report.error is not None or report.interrupted:
+        return report
+    try:
+        compact(dest)
+    except (OSError, sqlite3.Error) as exc:
+        return dataclasses.replace(report, error=f"cannot rewrite the checksums in "
+                                                 f"{dest / SUMS_DIR}: {exc}")
     return report
 
 
@@ -144,6 +158,8 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
                 report = _after_sync(options, sync, report)
             finally:
                 sync.close()
+        elif options.restart and options.sink.kind == "dir":
+            report = _after_restart(dest, report)
         if options.sink.kind == "tar":  # shards whose every file was stored again since
             with contextlib.suppress(OSError, sqlite3.Error):
                 index.drop_superseded(dest)

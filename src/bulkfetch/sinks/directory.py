@@ -29,6 +29,7 @@ from bulkfetch.models import PageReport
 from bulkfetch.names import local_parts
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Writer, fatal_or_failure
 from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
+from bulkfetch.sums import SUMS_DIR
 
 TMP_DIR = ".bulkfetch/tmp"
 
@@ -36,7 +37,6 @@ TMP_DIR = ".bulkfetch/tmp"
 def worker_tmp_name(worker: int) -> str:
     """A worker's own directory under TMP_DIR (what a lost worker leaves is removed by it)."""
     return f"w{worker}"
-SUMS_DIR = ".bulkfetch/sums"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_DIRS = 256
