@@ -314,7 +314,7 @@ def _latest_recorded(dest: Path) -> Iterator[tuple[str, str] | None]:
     try:
         db.execute(KEPT_TABLE)
         try:
-            _, improper = load_latest(db, dest)
+            improper = load_latest(db, dest).improper
         except OSError as exc:
             raise click.UsageError(f"cannot read the checksums in {safe_text(str(dest))}: "
                                    f"{exc.strerror}") from None

@@ -16,10 +16,11 @@ import re
 import sqlite3
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from bulkfetch.hashfile import parse_line, sum_lines
 
-__all__ = ["KEPT_TABLE", "SUMS_DIR", "load_latest", "sums_files"]
+__all__ = ["KEPT_TABLE", "SUMS_DIR", "Loaded", "load_latest", "sums_files"]
 
 SUMS_DIR = ".bulkfetch/sums"
 KEPT_TABLE = "CREATE TABLE IF NOT EXISTS kept (path TEXT PRIMARY KEY, md5 TEXT NOT NULL) " \
@@ -38,13 +39,18 @@ def sums_files(dest: Path) -> list[Path]:
                   key=lambda entry: (entry.stat().st_mtime_ns, entry.name))
 
 
-def load_latest(db: sqlite3.Connection, dest: Path) -> tuple[dict[str, int], int]:
+class Loaded(NamedTuple):
+    files: dict[str, int]  # the sums files read: name -> size
+    lines: int  # MD5 lines read (more than the paths kept: a path has older lines)
+    improper: int  # lines that were not md5sum lines of an MD5
+
+
+def load_latest(db: sqlite3.Connection, dest: Path) -> Loaded:
     """Fill `db`'s table `kept` (KEPT_TABLE, emptied first) with the latest MD5 of each path
-    under DEST, in one transaction. Returns the sums files read ({name: size}) and the number
-    of lines that were not md5sum lines of an MD5."""
+    under DEST, in one transaction."""
     files = sums_files(dest)
     read: dict[str, int] = {}
-    improper = 0
+    improper = lines_read = 0
     db.execute("BEGIN")
     try:
         db.execute("DELETE FROM kept")
@@ -63,18 +69,20 @@ def load_latest(db: sqlite3.Connection, dest: Path) -> tuple[dict[str, int], int
                             continue
                         batch.append((os.fsdecode(parsed.name), parsed.hexdigest))
                     if len(batch) >= _BATCH:
-                        _keep(db, batch)
-            _keep(db, batch)
+                        lines_read += _keep(db, batch)
+            lines_read += _keep(db, batch)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
-    return read, improper
+    return Loaded(read, lines_read, improper)
 
 
-def _keep(db: sqlite3.Connection, batch: list[tuple[str, str]]) -> None:
+def _keep(db: sqlite3.Connection, batch: list[tuple[str, str]]) -> int:
     db.executemany("INSERT OR REPLACE INTO kept (path, md5) VALUES (?, ?)", batch)
+    count = len(batch)
     batch.clear()
+    return count
 
 
 def rewrite(db: sqlite3.Connection, dest: Path, exclude: str | None = None) -> Path:

@@ -56,6 +56,7 @@ class SyncIndex:
         self.fanout = fanout
         self.path = path or self.dest / STATE_DIR / INDEX_NAME
         self.sums_read: dict[str, int] = {}  # the sums files _load_sums() read: their sizes
+        self.superseded = 0  # lines of theirs a later line of the same path overrides
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None)
             self.db.executescript(
@@ -73,7 +74,9 @@ class SyncIndex:
 
     def _load_sums(self) -> None:
         """The MD5 of each path, the latest line of it winning (sums.py)."""
-        self.sums_read, _ = load_latest(self.db, self.dest)
+        loaded = load_latest(self.db, self.dest)
+        kept = self.db.execute("SELECT count(*) FROM kept").fetchone()[0]
+        self.sums_read, self.superseded = loaded.files, loaded.lines - kept
 
     def local_path(self, name: str) -> str:
         return "/".join(local_parts(name, self.fanout))
@@ -178,13 +181,13 @@ class SyncIndex:
         return removed
 
     def compact_sums(self) -> bool:
-        """After a complete pass: when it wrote sums lines or removed files, rewrite DEST's
-        sums as one file holding the latest line of each file still there (written beside
-        them and renamed, then the older files removed: a crash in between leaves the newest
-        file the winner). Returns whether it rewrote them."""
+        """After a complete pass: when it wrote sums lines, removed files, or found lines
+        superseded (an interrupted pass's), rewrite DEST's sums as one file holding the
+        latest line of each file still there (sums.rewrite()). Returns whether it did."""
         files = sums_files(self.dest)
         removed = self.db.execute("SELECT count(*) FROM removed").fetchone()[0]
-        if not removed and {f.name: f.stat().st_size for f in files} == self.sums_read:
+        if not removed and not self.superseded \
+                and {f.name: f.stat().st_size for f in files} == self.sums_read:
             return False
         self._load_sums()  # with this pass's lines, the latest of each path winning
         try:
@@ -193,7 +196,7 @@ class SyncIndex:
             raise BulkfetchError(f"cannot rewrite the checksums in {self.dest / SUMS_DIR}: "
                                  f"{exc.strerror}") from None
         self.db.execute("DELETE FROM removed")
-        self.sums_read = {compacted.name: compacted.stat().st_size}
+        self.sums_read, self.superseded = {compacted.name: compacted.stat().st_size}, 0
         return True
 
     def close(self) -> None:

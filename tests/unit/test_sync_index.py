@@ -110,3 +110,16 @@ def test_a_pass_that_changed_dest_leaves_one_sums_line_per_file_it_holds(
     _, headers = again.plan(["a", "b"], ["a", "b"], None, None)
     assert headers == (f'If-None-Match: "{MD5_A}"', f'If-None-Match: "{MD5_B}"')
     again.close()
+
+
+def test_lines_an_interrupted_pass_left_superseded_are_rewritten_by_the_next_pass(
+        tmp_path: Path) -> None:
+    dest = dest_with(tmp_path, {"a": b"1", "b": b"2"},
+                     [[("a", MD5_C), ("b", MD5_B)], [("a", MD5_A)]])
+    index = SyncIndex(dest, 0, new_pass=True)
+    assert index.superseded == 1
+    assert index.compact_sums() is True  # though this pass itself wrote nothing
+    sums = list((dest / ".bulkfetch" / "sums").iterdir())
+    assert [p.read_bytes() for p in sums] == [sum_lines([(MD5_A, "a"), (MD5_B, "b")])]
+    assert index.compact_sums() is False
+    index.close()
