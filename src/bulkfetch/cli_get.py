@@ -99,7 +99,8 @@ def _usage(exc: UsageError) -> click.UsageError:
               help="Check sizes only: no body is hashed and no digest (ETag, Content-MD5, "
                    "Repr-Digest) checked, so no MD5 is recorded either (`hash --dest` and "
                    "`--sync` cannot vouch for such files). Saves the hashing CPU on big "
-                   "files.")
+                   "files. Into a DEST whose earlier runs recorded MD5s, bodies are still "
+                   "hashed, unchecked, to keep that record true.")
 @click.option("--retries", type=click.IntRange(min=0), default=8, show_default=True,
               help="Retries per file (and per list page) after the first attempt.")
 @click.option("--max-retry-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,

@@ -24,12 +24,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
+from bulkfetch.digest import md5_hex
 from bulkfetch.hashfile import sum_lines
 from bulkfetch.models import PageReport
 from bulkfetch.names import local_parts
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Writer, fatal_or_failure
 from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
-from bulkfetch.sums import SUMS_DIR
+from bulkfetch.sums import SUMS_DIR, sums_files
 
 TMP_DIR = ".bulkfetch/tmp"
 
@@ -43,10 +44,12 @@ _OPEN_DIRS = 256
 
 
 class DirectorySink:
-    needs_md5 = False  # its md5sum lines are written for the bodies that were hashed
-
     def __init__(self, dest: Path, worker: int, fanout: int = 0, fsync: bool = False) -> None:
         self.dest = dest
+        # md5sum lines are written for the bodies that were hashed. Into a DEST whose earlier
+        # runs recorded some, every body is (even under --no-verify): a file stored again
+        # without a line would leave its older line, now untrue, the latest (sums.py).
+        self.needs_md5 = bool(sums_files(dest))
         self.fanout = fanout
         # Each file's data on disk before its rename (`pull`: a blob in place is a blob
         # whole); a plain get leaves write-back to the kernel (see end_page).
@@ -139,6 +142,8 @@ class DirectorySink:
             self._discard(temporary, self.tmp_fd)
             raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
         self._publish(name, temporary, self.tmp_fd)
+        if md5 is None and self.needs_md5:
+            md5 = md5_hex(body)
         if md5 is not None:
             self.sums.append((name, md5))
 
