@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -291,10 +293,23 @@ def write_report(report: Report, path: Path) -> None:
     """Write the JSON report atomically: a temporary file in the same directory, then rename.
 
     The parent directory must exist. Readers see the old file or the whole new one, never a
-    part; on any error the temporary file is removed and the error raised.
+    part; on any error the temporary file is removed and the error raised. A path that is not
+    a regular file (/dev/stdout, a FIFO) is written into instead.
     """
     path = Path(path)
     text = json.dumps(report_dict(report), indent=2, ensure_ascii=True, allow_nan=False)
-    write_durably(path, (text + "\n").encode("ascii"))  # 0644: a report is not a secret
+    data = (text + "\n").encode("ascii")
+    try:
+        found = os.stat(path)  # through symlinks: /dev/stdout is one, to the fd
+    except FileNotFoundError:
+        found = None
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        # /dev/stdout, a FIFO, a device: written into, as a shell's `>` does. A rename
+        # would replace the node itself (as root, /dev/stdout became a regular file).
+        with open(path, "wb") as out:
+            out.write(data)
+        return
+    # A symlink to a file: the file is replaced, the link kept.
+    write_durably(Path(os.path.realpath(path)), data)  # 0644: a report is not a secret
 
 

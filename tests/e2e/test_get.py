@@ -8,7 +8,9 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import tarfile
+import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -204,6 +206,38 @@ def test_usage_errors(reference_server: Start, tmp_path: Path, case: str) -> Non
     assert not dest.exists()
     assert afile.read_text() == "not a directory\n"
     assert server.requests() == []
+
+
+def test_a_report_into_a_fifo_a_symlink_or_a_full_device_keeps_the_node(
+        reference_server: Start, tmp_path: Path) -> None:
+    """--report /dev/stdout and the like are written into as a shell's `>` would: the report
+    was renamed over the node, and as root /dev/stdout itself became a regular file. (Nodes
+    made here in tmp_path: the test must not touch /dev on the code it guards against.)"""
+    server = reference_server("--files", "10")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    proc = cli("get", server.url, str(tmp_path / "d1"), "--quiet", "--report", str(fifo))
+    reader.join(timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and json.loads(got[0])["files_ok"] == 10
+    (tmp_path / "link.json").symlink_to("real.json")
+    proc = cli("get", server.url, str(tmp_path / "d2"), "--quiet", "--report",
+               str(tmp_path / "link.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert os.readlink(tmp_path / "link.json") == "real.json"  # the link kept
+    assert json.loads((tmp_path / "real.json").read_text())["files_ok"] == 10
+    full = tmp_path / "full"
+    try:
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # as /dev/full: ENOSPC
+    except PermissionError:
+        return  # not root: the two nodes above made the point
+    proc = cli("get", server.url, str(tmp_path / "d3"), "--quiet", "--report", str(full))
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot write the report {full}: No space left on device" in proc.stderr
+    assert stat.S_ISCHR(os.lstat(full).st_mode)
 
 
 def test_a_wrong_url_leaves_dest_as_it_found_it(reference_server: Start,
