@@ -182,12 +182,15 @@ def test_no_verify_stores_corrupt_bodies_that_verification_refuses(
 
 # -- 9. usage errors ---------------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["missing-dest", "bad-scheme", "dest-is-file", "workers-0",
-                                  "template", "no-url-file", "report-dir-missing"])
+                                  "template", "no-url-file", "report-dir-missing",
+                                  "from-stdin", "from-fifo"])
 def test_usage_errors(reference_server: Start, tmp_path: Path, case: str) -> None:
     server = reference_server("--files", "10", access_log=True)
     dest = tmp_path / "dest"
     afile = tmp_path / "afile"
     afile.write_text("not a directory\n")
+    fifo = tmp_path / "urls.fifo"
+    os.mkfifo(fifo)  # read once for collisions, then again by byte offset: never a pipe
     args, named = {
         "missing-dest": ([server.url], "DEST"),
         "bad-scheme": (["ftp://x", str(dest)], "ftp://x"),
@@ -198,6 +201,8 @@ def test_usage_errors(reference_server: Start, tmp_path: Path, case: str) -> Non
         # said before the download, not in a traceback after it
         "report-dir-missing": ([server.url, str(dest), "--report",
                                 str(tmp_path / "no-dir" / "r.json")], "no-dir"),
+        "from-stdin": (["--from-file", "-", str(dest)], "save the list first"),
+        "from-fifo": (["--from-file", str(fifo), str(dest)], "is not a regular file"),
     }[case]
     proc = cli("get", *args, "--quiet")
     assert proc.returncode == 2, (proc.returncode, proc.stderr)

@@ -3,6 +3,9 @@ of them."""
 
 from __future__ import annotations
 
+import os
+import stat
+
 from bulkfetch.config import (
     ApiShape,
     GetOptions,
@@ -18,6 +21,22 @@ from bulkfetch.sources.table import TableSource, table_format
 from bulkfetch.sources.urllist import UrlListSource
 
 
+def _require_regular_file(path: str) -> None:
+    """--from-file is read more than once (names checked for collisions first, then page by
+    page from byte offsets, again on a rerun): a pipe or stdin cannot be."""
+    if path == "-":
+        raise UsageError("--from-file -: standard input cannot be read again to resume; save "
+                         "the list first (e.g. `... > urls.txt`) and give --from-file urls.txt")
+    try:
+        found = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"--from-file {path!r}: {exc.strerror}") from None
+    if not stat.S_ISREG(found.st_mode):
+        raise UsageError(f"--from-file {path!r} is not a regular file (a pipe or a device "
+                         "cannot be read again to resume); save the list in a file first "
+                         "and give that")
+
+
 def make_source(options: GetOptions, listing: bool = True) -> Source:
     """The run's source; `listing=False` for a worker, which only resolves items."""
     if options.blobs is not None:
@@ -25,6 +44,8 @@ def make_source(options: GetOptions, listing: bool = True) -> Source:
 
         return BlobSource(options.blobs)
     if options.from_file:
+        if listing:
+            _require_regular_file(options.source)
         if table_format(options.source) is not None:
             return TableSource(options.source, options.table, listing=listing)
         if options.table != TableOptions():
