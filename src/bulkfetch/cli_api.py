@@ -84,8 +84,9 @@ _OPTIONS = [
                       "--header-file or --bearer-env for secrets."),
     click.option("--header-file", default=None, type=click.Path(dir_okay=False),
                  metavar="FILE",
-                 help="Headers as 'Name: value' lines (# comments allowed), sent as "
-                      "--header's: a token stays out of the process list and shell history."),
+                 help="Headers as 'Name: value' lines (# comments allowed; '-' reads stdin), "
+                      "sent as --header's: a token stays out of the process list and shell "
+                      "history."),
     click.option("--bearer-env", default=None, metavar="VAR",
                  help="Send 'Authorization: Bearer <token>' with the token from environment "
                       "variable VAR (as --header)."),

@@ -250,3 +250,32 @@ def test_a_first_page_that_is_not_there_is_a_wrong_url_exit_2_not_a_rerun(
     assert "HTTP 404" in message and "Check the URL" in message and "/no/such/api/" in message
     assert "Rerun" not in message
     assert asked == [404], "a first 404 is not retried"
+
+
+@pytest.mark.parametrize("case", ["seed-401", "seed-shape", "flags-shape"])
+def test_a_first_page_only_the_user_can_fix_is_exit_2_not_a_rerun(tmp_path: Path,
+                                                                   case: str) -> None:
+    """A seed listing that wants credentials, JSON that is not a seed listing, flags that do
+    not fit the first page: the same command would fail the same way, so exit 2 with what to
+    change, at once (no retries), never "Rerun the same command"."""
+    from bulkfetch.testing import ReferenceServer
+
+    flags, args, said = {
+        "seed-401": (("--require-bearer", "tok-123456"), (), "needs credentials"),
+        "seed-shape": (("--shape", "link"), (), "Is URL a seed API listing"),
+        "flags-shape": (("--shape", "link"), ("--paginate", "link"),
+                        "Check the listing flags"),
+    }[case]
+    with ReferenceServer("--files", "10", *flags, access_log=True) as server:
+        url = f"{server.url}/files" if case != "seed-401" else server.url
+        if case == "seed-shape":  # the link shape's page, where a seed listing is expected
+            url, args = server.url, ("--list-path", "/files")
+        proc = subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", url, str(tmp_path / "d"), "-q",
+             "--retries", "5", *args], capture_output=True, text=True, timeout=120)
+        asked = len(server.requests())
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2, proc.stderr
+    assert said in message and "Rerun" not in message, message
+    assert asked == 1, "asked once, not retried"
+    assert not (tmp_path / "d").exists()

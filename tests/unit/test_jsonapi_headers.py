@@ -3,7 +3,9 @@ get them, and that their values are masked everywhere (redact.py, config)."""
 
 from __future__ import annotations
 
+import io
 import pickle
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,9 @@ def test_a_registered_secret_is_masked_in_any_text() -> None:
         "failed: *** at https://h/p?q=1"
     register_secret("abc")  # too short to mask as free text: it would mask words
     assert redact_text("abc") == "abc"
+
+
+def test_a_dash_reads_the_header_file_from_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    stdin = io.TextIOWrapper(io.BytesIO(b"# from a secret store\nX-Api-Key: k-from-stdin\n"))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert read_header_file("-") == [("X-Api-Key", "k-from-stdin")]

@@ -33,6 +33,9 @@ def redact(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
 
 
+CREDENTIALS_NEEDED = "the listing needs credentials (see --header/--bearer-env)"
+
+
 def _where(url: str) -> str:
     """How messages name a list page (built only when a message needs it)."""
     return f"listing {redact(url)}"
@@ -46,6 +49,9 @@ def json_page(url: str, status: int, headers: list[bytes], body: bytes,
     if first and status in (404, 410):
         raise ListingError(f"{_where(url)}: HTTP {status}: nothing is listed there. Check the "
                            "URL (and --api, if one was given)", retryable=False, usage=True)
+    if status in (401, 403):  # the same request gets the same answer: only the user can act
+        raise ListingError(f"{_where(url)}: {status} — {CREDENTIALS_NEEDED}",
+                           retryable=False, usage=True)
     if status != 200:
         retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
         raise ListingError(f"{_where(url)}: HTTP {status}", retryable_status(status),
@@ -104,20 +110,26 @@ class FileServerSource:
     def list_page(self, token: str | None) -> ListedPage:
         url = self.list_url(token)
         status, headers, body = self._get(url)
-        return self._validate(json_page(url, status, headers, body, first=token is None),
-                              headers, url)
+        first = token is None
+        return self._validate(json_page(url, status, headers, body, first=first), headers, url,
+                              first)
 
-    def _validate(self, page: object, headers: list[bytes], url: str) -> ListedPage:
+    def _validate(self, page: object, headers: list[bytes], url: str,
+                  first: bool = False) -> ListedPage:
         names_key, next_key = self.shape.names_key, self.shape.next_key
+        # On the first page, JSON of another shape says URL is not a seed listing: the same
+        # command would fail the same way (exit 2); later, a server that broke (exit 1).
+        hint = (". Is URL a seed API listing (GET /list)? For another JSON listing give "
+                "--api or --items/--name") if first else ""
         if not isinstance(page, dict) or not isinstance(page.get(names_key), list):
-            raise ListingError(f"{_where(url)}: no {names_key!r} list in the JSON",
-                               retryable=False)
+            raise ListingError(f"{_where(url)}: no {names_key!r} list in the JSON{hint}",
+                               retryable=False, usage=first)
         names = page[names_key]
         try:
             "".join(names)  # a C-speed check that every entry is a str (3x a set of types)
         except TypeError:
-            raise ListingError(f"{_where(url)}: {names_key!r} holds non-string entries",
-                               retryable=False) from None
+            raise ListingError(f"{_where(url)}: {names_key!r} holds non-string entries{hint}",
+                               retryable=False, usage=first) from None
         following = page.get(next_key)
         if following is not None and (not isinstance(following, str) or not following):
             raise ListingError(f"{_where(url)}: {next_key!r} is not a non-empty string",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -42,11 +43,14 @@ def parse_header(text: str, where: str) -> tuple[str, str]:
 
 
 def read_header_file(path: str) -> list[tuple[str, str]]:
-    """The headers of FILE, one 'Name: value' a line (blank lines and # comments skipped),
-    so a token stays out of the process list and the shell's history."""
+    """The headers of FILE ('-': standard input), one 'Name: value' a line (blank lines and
+    # comments skipped), so a token stays out of the process list and the shell's history."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
+        if path == "-":  # `secret-tool lookup ... | bulkfetch get --header-file - ...`
+            lines = sys.stdin.buffer.read().decode("utf-8").splitlines()
+        else:
+            with open(path, encoding="utf-8") as handle:
+                lines = handle.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--header-file {path}: cannot be read ({exc.__class__.__name__}: "
                          f"{getattr(exc, 'strerror', None) or exc})") from None

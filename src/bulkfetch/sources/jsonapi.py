@@ -32,12 +32,10 @@ from bulkfetch.engine.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
 from bulkfetch.errors import UsageError
 from bulkfetch.names import all_plain, is_plain
 from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
-from bulkfetch.sources.fileserver import _where, json_page, redact
+from bulkfetch.sources.fileserver import CREDENTIALS_NEEDED, _where, json_page, redact
 from bulkfetch.sources.headers import HostHeaders
 from bulkfetch.sources.jsonpaths import column, compile_path, hex_digests, size_of
 from bulkfetch.sources.pagination import PageError, Paginator
-
-CREDENTIALS_NEEDED = "the listing needs credentials (see --header/--bearer-env)"
 
 
 def file_template(template: str, base_url: str) -> tuple[str, str]:
@@ -171,6 +169,10 @@ class JsonApiSource:
         try:
             return self.parse(page, token, url, headers)
         except (PageError, ValueError) as exc:
+            if token is None:  # the first page: the flags do not fit this API (exit 2)
+                raise ListingError(f"{_where(url)}: {exc}. Check the listing flags (--items, "
+                                   "--name, ...) or --api against the first page",
+                                   retryable=False, usage=True) from None
             raise ListingError(f"{_where(url)}: {exc}", retryable=False) from None
 
     def parse(self, page: object, token: str | None, url: str,
