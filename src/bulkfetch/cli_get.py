@@ -155,7 +155,8 @@ def _usage(exc: UsageError) -> click.UsageError:
 @click.option("--delete", is_flag=True,
               help="With --sync: once the source is listed to its end, remove the files "
                    "under DEST it no longer lists (never outside DEST, never its "
-                   ".bulkfetch). Try --dry-run first.")
+                   ".bulkfetch, never a name --include/--exclude leave out). Try --dry-run "
+                   "first.")
 @click.option("--dry-run", is_flag=True,
               help="With --sync: list the source, print the files --delete would remove and "
                    "how many listed files DEST lacks; fetch and remove nothing.")

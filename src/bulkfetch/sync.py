@@ -48,12 +48,14 @@ _BATCH = 500  # paths a query asks for at once (SQLite's limit on variables is 3
 
 class SyncIndex:
     def __init__(self, dest: Path, fanout: int, new_pass: bool,
-                 path: Path | None = None) -> None:
+                 path: Path | None = None, taken: Callable[[str], bool] | None = None) -> None:
         """Open (or make) the index of `dest` (at `path`: a dry run's own, elsewhere);
         `new_pass`: the source is listed again from its start, so the paths listed by the
-        last pass are forgotten."""
+        last pass are forgotten. `taken`: the run's --include/--exclude filter; a file whose
+        name it does not take is never gone (as for rsync, rclone and `aws s3 sync`)."""
         self.dest = Path(dest)
         self.fanout = fanout
+        self.taken = taken
         self.path = path or self.dest / STATE_DIR / INDEX_NAME
         self.sums_read: dict[str, int] = {}  # the sums files _load_sums() read: their sizes
         self.superseded = 0  # lines of theirs a later line of the same path overrides
@@ -149,8 +151,16 @@ class SyncIndex:
             paths = [prefix + entry for entry in entries]
             listed = self._listed(paths)
             for entry, path in zip(entries, paths, strict=True):
-                if path not in listed:
+                if path not in listed and self._judged(path):
                     yield dir_fd, entry, path
+
+    def _judged(self, path: str) -> bool:
+        """Whether the pass speaks for `path`: with filters, only for the names they take
+        (an excluded file was left out of the listing, not removed from the source)."""
+        if self.taken is None:
+            return True
+        name = path.split("/", self.fanout)[-1] if self.fanout else path
+        return self.taken(name)
 
     def _listed(self, paths: Sequence[str]) -> set[str]:
         found: set[str] = set()
@@ -204,6 +214,15 @@ class SyncIndex:
             self.db.close()
 
 
+def listing_filter(options: GetOptions) -> Callable[[str], bool] | None:
+    """The names the run's --include/--exclude take (None: no filter)."""
+    if not options.s3.include and not options.s3.exclude:
+        return None
+    from bulkfetch.sources.s3 import key_filter
+
+    return key_filter(options.s3.include, options.s3.exclude)
+
+
 def dry_run(options: GetOptions, show: Callable[[str], None]) -> tuple[int, int, int]:
     """`get --sync --dry-run`: list the source to its end and show (through `show`) each
     file under DEST that --delete would remove. Fetches, writes and removes nothing in
@@ -220,7 +239,7 @@ def dry_run(options: GetOptions, show: Callable[[str], None]) -> tuple[int, int,
     listed = missing = 0
     with tempfile.TemporaryDirectory(prefix="bulkfetch-dry-run-") as work:
         index = SyncIndex(Path(options.dest), options.sink.fanout, True,
-                          Path(work) / INDEX_NAME)
+                          Path(work) / INDEX_NAME, taken=listing_filter(options))
         lister = lister_from_start(source, options)
         try:
             lister.start()

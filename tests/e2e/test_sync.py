@@ -213,6 +213,38 @@ def test_over_s3_an_unchanged_object_is_not_asked_for(tmp_path: Path) -> None:
     assert_complete(dest, md5s(GROWN, 2))
 
 
+def test_over_s3_delete_spares_what_the_filters_leave_out(tmp_path: Path) -> None:
+    """--include/--exclude narrow what a pass lists: a file they do not take was left out,
+    not removed at the source, so --delete leaves it (rsync, rclone and `aws s3 sync` do
+    the same); one they take that the source no longer has is removed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
+        "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    dest = tmp_path / "dest"
+
+    def get_s3(server: ReferenceServer, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bulkfetch", "get", "s3://bulkfetch", str(dest),
+             "--endpoint-url", server.url, "--no-sign-request", "-w", "2", "-q", *extra],
+            capture_output=True, text=True, timeout=300, env=env)
+
+    names = sorted(md5s(FILES))
+    wanted = [name for name in names if name.endswith("7")]  # f...7: one in ten
+    with ReferenceServer(*PORT, "--s3", *BASE) as server:
+        assert get_s3(server).returncode == 0  # everything, no filter
+        assert get_s3(server, "--restart", "--include", "*7").returncode == 0
+    shrunk = FILES - 40  # the last 40 names leave the source, 4 of them wanted
+    gone = [name for name in wanted if name not in md5s(shrunk)]
+    assert len(gone) == 4
+    with ReferenceServer(*PORT, "--s3", "--files", str(shrunk), *BASE[2:]) as server:
+        dry = get_s3(server, "--sync", "--delete", "--dry-run", "--include", "*7")
+        assert dry.returncode == 0, dry.stderr
+        assert sorted(dry.stdout.splitlines()) == [f"would delete {n}" for n in gone]
+        proc = get_s3(server, "--sync", "--delete", "--include", "*7")
+    assert proc.returncode == 0, proc.stderr
+    left = set(stats(dest))
+    assert left == set(names) - set(gone)  # the 2,700 left out of the filter are all there
+
+
 @pytest.mark.parametrize(("args", "said"), [
     (("--sync", "--sink", "tar"), "--sync keeps a directory in step"),
     (("--sync", "--sink", "null"), "not --sink null: it stores nothing"),

@@ -29,7 +29,7 @@ from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
 from bulkfetch.sources import make_source
 from bulkfetch.sums import SUMS_DIR, compact
-from bulkfetch.sync import SyncIndex
+from bulkfetch.sync import SyncIndex, listing_filter
 
 
 def _error_report(options: GetOptions, source: Any, message: str,
@@ -145,7 +145,8 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
         sync = None
         if options.sync.sync:
             try:
-                sync = SyncIndex(dest, options.sink.fanout, journal.start_new_pass())
+                sync = SyncIndex(dest, options.sink.fanout, journal.start_new_pass(),
+                                 taken=listing_filter(options))
             except BulkfetchError as exc:
                 return _error_report(options, source, str(exc), journal)
         live = LiveStatus(options, source.describe(), metrics)
