@@ -189,17 +189,23 @@ def test_delete_waits_for_a_complete_listing(filled: Path, tmp_path: Path) -> No
     assert_complete(dest, md5s(FILES - 10))
 
 
-def test_over_s3_an_unchanged_object_is_not_asked_for(tmp_path: Path) -> None:
+def get_s3(server: ReferenceServer, dest: Path, *extra: str
+           ) -> subprocess.CompletedProcess[str]:
+    """`bulkfetch get s3://bulkfetch DEST` from the reference server, unsigned, with no AWS
+    setting of this machine's in the way."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
         "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    return subprocess.run(
+        [sys.executable, "-m", "bulkfetch", "get", "s3://bulkfetch", str(dest),
+         "--endpoint-url", server.url, "--no-sign-request", "-w", "2", "-q", *extra],
+        capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_over_s3_an_unchanged_object_is_not_asked_for(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
 
     def sync(server: ReferenceServer, *extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "bulkfetch", "get", "s3://bulkfetch", str(dest),
-             "--endpoint-url", server.url, "--no-sign-request", "-w", "2", "-q",
-             "--report", str(tmp_path / "r.json"), *extra],
-            capture_output=True, text=True, timeout=300, env=env)
+        return get_s3(server, dest, "--report", str(tmp_path / "r.json"), *extra)
 
     with ReferenceServer(*PORT, "--s3", *BASE) as server:
         assert sync(server).returncode == 0
@@ -217,29 +223,20 @@ def test_over_s3_delete_spares_what_the_filters_leave_out(tmp_path: Path) -> Non
     """--include/--exclude narrow what a pass lists: a file they do not take was left out,
     not removed at the source, so --delete leaves it (rsync, rclone and `aws s3 sync` do
     the same); one they take that the source no longer has is removed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
-        "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
     dest = tmp_path / "dest"
-
-    def get_s3(server: ReferenceServer, *extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "bulkfetch", "get", "s3://bulkfetch", str(dest),
-             "--endpoint-url", server.url, "--no-sign-request", "-w", "2", "-q", *extra],
-            capture_output=True, text=True, timeout=300, env=env)
-
     names = sorted(md5s(FILES))
     wanted = [name for name in names if name.endswith("7")]  # f...7: one in ten
     with ReferenceServer(*PORT, "--s3", *BASE) as server:
-        assert get_s3(server).returncode == 0  # everything, no filter
-        assert get_s3(server, "--restart", "--include", "*7").returncode == 0
+        assert get_s3(server, dest).returncode == 0  # everything, no filter
+        assert get_s3(server, dest, "--restart", "--include", "*7").returncode == 0
     shrunk = FILES - 40  # the last 40 names leave the source, 4 of them wanted
     gone = [name for name in wanted if name not in md5s(shrunk)]
     assert len(gone) == 4
     with ReferenceServer(*PORT, "--s3", "--files", str(shrunk), *BASE[2:]) as server:
-        dry = get_s3(server, "--sync", "--delete", "--dry-run", "--include", "*7")
+        dry = get_s3(server, dest, "--sync", "--delete", "--dry-run", "--include", "*7")
         assert dry.returncode == 0, dry.stderr
         assert sorted(dry.stdout.splitlines()) == [f"would delete {n}" for n in gone]
-        proc = get_s3(server, "--sync", "--delete", "--include", "*7")
+        proc = get_s3(server, dest, "--sync", "--delete", "--include", "*7")
     assert proc.returncode == 0, proc.stderr
     left = set(stats(dest))
     assert left == set(names) - set(gone)  # the 2,700 left out of the filter are all there

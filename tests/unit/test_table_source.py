@@ -59,6 +59,17 @@ def test_names_come_from_a_column_or_the_url_path(tmp_path: Path) -> None:
     assert by_url[3] == ("img/3/photo.jpg", URLS[3])
 
 
+def outcomes_of(source: TableSource) -> list[tuple[str, str] | str]:
+    """What each item of the first page resolves to: (name, URL), or why it cannot."""
+    outcomes: list[tuple[str, str] | str] = []
+    for item in source.list_page(None).items:
+        try:
+            outcomes.append(source.resolve(item))
+        except ValueError as exc:
+            outcomes.append(str(exc))
+    return outcomes
+
+
 def test_jsonl_rows_that_give_no_url_fail_on_their_own(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join([json.dumps({"url": URLS[0], "w": 3}), "", "not json",
@@ -66,13 +77,7 @@ def test_jsonl_rows_that_give_no_url_fail_on_their_own(tmp_path: Path) -> None:
                                json.dumps({"url": "ftp://x/y"}), json.dumps({"url": URLS[2]})])
                     + "\n")
     source = TableSource(str(path), TableOptions(name_template="{index}{ext}"))
-    outcomes = []
-    for item in source.list_page(None).items:
-        try:
-            outcomes.append(source.resolve(item))
-        except ValueError as exc:
-            outcomes.append(str(exc))
-    assert outcomes == [
+    assert outcomes_of(source) == [
         ("0.jpg", URLS[0]), "row 1: not JSON: Expecting value: line 1 column 1 (char 0)",
         "row 2: not a JSON object", "row 3: no URL in column 'url'",
         "not an http:// or https:// URL: 'ftp://x/y'", ("5.jpg", URLS[2])]
@@ -84,13 +89,7 @@ def test_a_row_without_a_name_in_the_name_column_fails_saying_so(tmp_path: Path)
         {"url": URLS[0], "key": "a.jpg"}, {"url": URLS[1], "key": None}, {"url": URLS[2]},
         {"url": URLS[2], "key": ""}]) + "\n")
     source = TableSource(str(path), TableOptions(name_col="key"))
-    outcomes = []
-    for item in source.list_page(None).items:
-        try:
-            outcomes.append(source.resolve(item))
-        except ValueError as exc:
-            outcomes.append(str(exc))
-    assert outcomes == [("a.jpg", URLS[0])] + [
+    assert outcomes_of(source) == [("a.jpg", URLS[0])] + [
         f"row {row}: no name in column 'key'" for row in (1, 2, 3)]
 
 
