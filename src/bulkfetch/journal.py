@@ -466,6 +466,12 @@ class Journal:
             c.executemany(sql, ((_name(f.name), report.seq, _text(f.reason), f.attempts, now,
                                  _text(f.url) or None) for f in report.failures))
 
+    def pass_key(self) -> float | None:
+        """What tells this pass over the listing from another: when its first page was
+        listed (None before it was). get --sync ties the paths it noted to it (sync.py)."""
+        row = self._one("SELECT listed_at FROM pages WHERE seq = 0")
+        return None if row is None else float(row[0])
+
     def page_is_done(self, seq: int) -> bool:
         row = self._one("SELECT status FROM pages WHERE seq = ?", (seq,))
         return row is not None and row[0] == "done"

@@ -18,7 +18,9 @@ DEST/.bulkfetch; --dry-run lists them and removes nothing.
 
 The index (DEST/.bulkfetch/sync.sqlite) keeps the recorded MD5s by path, rebuilt from the
 sums at each start, and the paths a pass listed, kept across an interrupted pass: memory
-does not grow with the number of files.
+does not grow with the number of files. Those paths are tied to their pass (the time the
+journal listed its first page): --delete refuses to judge a pass they do not cover, as when
+a plain `get` was interrupted and a `--sync --delete` would resume it.
 
 A pass that ends complete and changed DEST (fetched a file again, or removed one) rewrites
 the sums as one file, a line per file DEST holds: the lines of a file's older versions and
@@ -65,14 +67,32 @@ class SyncIndex:
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
                 f"{KEPT_TABLE};"
                 "CREATE TABLE IF NOT EXISTS listed (path TEXT PRIMARY KEY) WITHOUT ROWID;"
+                # one row: the pass `listed` belongs to (the journal's pass_key(), NULL until
+                # its first page is listed); no row: `listed` belongs to no known pass
+                "CREATE TABLE IF NOT EXISTS pass (key REAL);"
                 "CREATE TEMP TABLE removed (path TEXT PRIMARY KEY) WITHOUT ROWID;")
             if new_pass:
+                self.db.execute("BEGIN")
                 self.db.execute("DELETE FROM listed")
+                self.db.execute("DELETE FROM pass")
+                self.db.execute("INSERT INTO pass (key) VALUES (NULL)")
+                self.db.execute("COMMIT")
             if path is None:  # (a dry run compares nothing)
                 self._load_sums()
         except sqlite3.Error as exc:
             raise BulkfetchError(f"cannot use the sync index {self.path}: {exc}") from None
         self.unchanged = 0  # files a listing showed equal to DEST's: not asked for
+
+    def note_pass(self, key: float | None) -> None:
+        """The pass's first page was listed (at `key`, the journal's pass_key())."""
+        self.db.execute("UPDATE pass SET key = ? WHERE key IS NULL", (key,))
+
+    def covers(self, key: float | None) -> bool:
+        """Whether `listed` holds every path the journal's pass (`key`) listed: it is a
+        --sync pass this index saw from its first page. Not so when a plain `get` left the
+        pass unfinished (its pages listed before this --sync were never noted here)."""
+        row = self.db.execute("SELECT key FROM pass").fetchone()
+        return row is not None and (row[0] == key or (row[0] is None and key is None))
 
     def _load_sums(self) -> None:
         """The MD5 of each path, the latest line of it winning (sums.py)."""

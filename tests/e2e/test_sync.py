@@ -201,6 +201,36 @@ def get_s3(server: ReferenceServer, dest: Path, *extra: str
         capture_output=True, text=True, timeout=300, env=env)
 
 
+def test_delete_refuses_a_download_a_plain_get_left_unfinished(tmp_path: Path) -> None:
+    """A plain `get` killed halfway, then `--sync --delete`: the pages it had done were never
+    noted by a sync pass, and --delete removed every file they stored (10,000 of 13,000
+    here). It is a usage error now, with nothing removed; finished, DEST syncs as usual."""
+    dest = tmp_path / "dest"
+    args = ("--files", str(FILES), *BASE[2:], "--list-latency", "400")
+    with ReferenceServer(*PORT, *args) as server:
+        run = subprocess.Popen(command(server.url, dest, "-q"), start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while not read_journal(dest, "SELECT 1 FROM pages WHERE status = 'done' "
+                                         "AND seq >= 1"):
+                assert run.poll() is None
+        finally:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        stored = set(stats(dest))
+        assert stored
+        proc, _ = get(server.url, dest, tmp_path / "r.json", "--sync", "--delete")
+        assert proc.returncode == 2, proc.stderr
+        assert "a plain `bulkfetch get` began and did not finish" in proc.stderr
+        assert set(stats(dest)) == stored  # nothing removed
+        proc, _ = get(server.url, dest, tmp_path / "r.json", "--sync")  # finishes it
+        assert proc.returncode == 0, proc.stderr
+        proc, report = get(server.url, dest, tmp_path / "r.json", "--sync", "--delete")
+    assert proc.returncode == 0, proc.stderr
+    assert report["deleted"] == 0
+    assert_complete(dest, md5s(FILES))
+
+
 def test_over_s3_an_unchanged_object_is_not_asked_for(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
 

@@ -123,3 +123,19 @@ def test_lines_an_interrupted_pass_left_superseded_are_rewritten_by_the_next_pas
     assert [p.read_bytes() for p in sums] == [sum_lines([(MD5_A, "a"), (MD5_B, "b")])]
     assert index.compact_sums() is False
     index.close()
+
+
+def test_the_listed_paths_vouch_only_for_the_pass_they_were_noted_in(tmp_path: Path) -> None:
+    dest = dest_with(tmp_path, {"a": b"1"}, [])
+    index = SyncIndex(dest, 0, new_pass=False)  # no sync pass was ever begun here
+    assert not index.covers(None) and not index.covers(1.5)
+    index.close()
+    index = SyncIndex(dest, 0, new_pass=True)
+    assert index.covers(None)  # begun, its first page not listed yet
+    index.note_pass(1.5)
+    index.note_pass(9.0)  # (only the first page's time counts)
+    index.close()
+    resumed = SyncIndex(dest, 0, new_pass=False)
+    assert resumed.covers(1.5)
+    assert not resumed.covers(2.5)  # another pass: a plain get's, after --restart
+    resumed.close()

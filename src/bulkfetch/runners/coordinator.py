@@ -302,6 +302,8 @@ class Coordinator:
                     self._fail_run(str(exc))
                     return
                 self.pages_listed += 1
+                if event.seq == 0 and self.sync is not None:
+                    self.sync.note_pass(self.journal.pass_key())
             if page.total is not None and not self.listing_done:
                 self.total_files = page.total
             if event.seq in self.retry_names:

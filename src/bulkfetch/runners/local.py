@@ -149,6 +149,13 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
                                  taken=listing_filter(options))
             except BulkfetchError as exc:
                 return _error_report(options, source, str(exc), journal)
+            if options.sync.delete and not sync.covers(journal.pass_key()):
+                sync.close()
+                raise UsageError(
+                    f"--delete: {dest} holds a download that a plain `bulkfetch get` began "
+                    "and did not finish, so this pass cannot tell which of its files the "
+                    "source no longer lists. Finish it first (the same command without "
+                    "--sync, --delete), then run --sync --delete")
         live = LiveStatus(options, source.describe(), metrics)
         try:
             report = Coordinator(options, source, journal, on_progress, live, sync).run(pool)
