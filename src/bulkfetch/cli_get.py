@@ -272,7 +272,8 @@ def _dry_run(options: GetOptions, quiet: bool) -> int:
         click.echo(f"bulkfetch: {exc}", err=True)
         return 1
     if not quiet:
+        would = (f"--delete would remove {gone:,} files" if listed or not gone else
+                 f"--delete would refuse to remove the {gone:,} files (an empty listing)")
         click.echo(f"bulkfetch: dry run: {listed:,} files listed, {missing:,} of them not in "
-                   f"{options.dest}; --delete would remove {gone:,} files. Nothing was "
-                   "fetched or removed.", err=True)
+                   f"{options.dest}; {would}. Nothing was fetched or removed.", err=True)
     return 0

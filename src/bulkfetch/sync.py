@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from bulkfetch.config import GetOptions
-from bulkfetch.errors import BulkfetchError
+from bulkfetch.errors import BulkfetchError, UsageError
 from bulkfetch.names import local_parts
 from bulkfetch.sums import KEPT_TABLE, SUMS_DIR, load_latest, rewrite, sums_files
 
@@ -195,6 +195,14 @@ class SyncIndex:
         """Remove (or with `dry_run`, only name) the files the pass did not list: `each`
         is told every path under DEST; returns how many."""
         removed = 0
+        if not dry_run and self.db.execute("SELECT 1 FROM listed LIMIT 1").fetchone() is None \
+                and next(self.gone(), None) is not None:
+            # An empty listing is more often a server's or a path's mistake than a source
+            # emptied on purpose, and it would take every file: nothing is removed.
+            raise UsageError(
+                "the source listed no file at all, so --delete would empty DEST: nothing was "
+                "removed (check the URL; if the source is really empty, remove the files "
+                "yourself)")
         for dir_fd, entry, path in self.gone():
             if not dry_run:
                 try:
@@ -251,7 +259,6 @@ def dry_run(options: GetOptions, show: Callable[[str], None]) -> tuple[int, int,
     (UsageError for what the user must fix) when the listing fails."""
     from bulkfetch.engine.lister import ListingFailed, ListingFinished
     from bulkfetch.engine.range_lister import lister_from_start
-    from bulkfetch.errors import UsageError
     from bulkfetch.sources import make_source
     from bulkfetch.sources.base import unusable_name
 

@@ -231,6 +231,21 @@ def test_delete_refuses_a_download_a_plain_get_left_unfinished(tmp_path: Path) -
     assert_complete(dest, md5s(FILES))
 
 
+def test_delete_refuses_to_empty_dest_on_an_empty_listing(filled: Path,
+                                                           tmp_path: Path) -> None:
+    """A listing with no file at all (a server's or a path's mistake far more often than a
+    source emptied on purpose) would make --delete remove everything: exit 2, nothing."""
+    dest = copy_of(filled, tmp_path)
+    with ReferenceServer(*PORT, "--files", "0", *BASE[2:]) as server:
+        dry = subprocess.run(command(server.url, dest, "--sync", "--delete", "--dry-run"),
+                             capture_output=True, text=True, timeout=120)
+        assert dry.returncode == 0 and "would refuse to remove the 3,000 files" in dry.stderr
+        proc, report = get(server.url, dest, tmp_path / "r.json", "--sync", "--delete")
+    assert proc.returncode == 2, proc.stderr
+    assert "listed no file at all" in report["error"] and report["deleted"] == 0
+    assert_complete(dest, md5s(FILES))
+
+
 def test_over_s3_an_unchanged_object_is_not_asked_for(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
 

@@ -61,8 +61,9 @@ def _after_sync(options: GetOptions, sync: SyncIndex, report: Report) -> Report:
         if options.sync.delete:
             report = dataclasses.replace(report, deleted=sync.delete_gone(dry_run=False))
         sync.compact_sums()
-    except BulkfetchError as exc:
-        return dataclasses.replace(report, error=str(exc))
+    except BulkfetchError as exc:  # (a UsageError: what only the user can settle, exit 2)
+        return dataclasses.replace(report, error=str(exc),
+                                   usage_error=isinstance(exc, UsageError))
     return report
 
 
