@@ -213,9 +213,9 @@ def _sync_options(sync: bool, delete: bool, dry_run: bool, sink: str, restart: b
                "null": "it stores nothing to keep in step"}.get(sink, "")
         raise UsageError(f"--sync keeps a directory in step with the source (--sink dir), "
                          f"not --sink {sink}" + (f": {why}" if why else ""))
-    if sync and (restart or retry_failed):
-        raise UsageError("--sync lists the source again itself: drop --restart and "
-                         "--retry-failed")
+    if sync and retry_failed:
+        raise UsageError("--sync lists the source again itself and fetches what is missing: "
+                         "drop --retry-failed")
     return options
 
 

@@ -143,7 +143,10 @@ def _usage(exc: UsageError) -> click.UsageError:
 @api_options
 @tls_options
 @s3_options
-@click.option("--restart", is_flag=True, help="Forget DEST's journal and start over.")
+@click.option("--restart", is_flag=True,
+              help="Forget DEST's journal and start over (files already there are kept). "
+                   "With --sync: keep DEST in step with a source whose URL or options "
+                   "changed, fetching only the files that differ.")
 @click.option("--retry-failed", is_flag=True,
               help="Also re-attempt the files the journal lists as failed (resuming as usual).")
 @click.option("--sync", is_flag=True,

@@ -312,8 +312,9 @@ class Journal:
                 raise JournalMismatch(
                     f"{dest} holds the journal of a different run (journal vs this run):\n"
                     + "\n".join(diff)
-                    + "\nUse --restart to start over (files already downloaded are kept), "
-                    "or choose another DEST.", differences=tuple(d.strip() for d in diff))
+                    + "\nUse --restart to start over (files already downloaded are kept; "
+                    "with --sync, only the files that differ are fetched again), or choose "
+                    "another DEST.", differences=tuple(d.strip() for d in diff))
             try:  # a new run: the previous run's error no longer describes DEST
                 conn.execute("UPDATE run SET last_error = NULL, updated_at = ?", (time.time(),))
             except sqlite3.OperationalError as exc:

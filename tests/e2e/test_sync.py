@@ -246,6 +246,24 @@ def test_delete_refuses_to_empty_dest_on_an_empty_listing(filled: Path,
     assert_complete(dest, md5s(FILES))
 
 
+def test_a_source_that_moved_is_synced_with_restart_fetching_nothing_unchanged(
+        filled: Path, tmp_path: Path) -> None:
+    """The same files behind another URL: the journal is another run's, so a plain --sync is
+    refused and points to --restart; --sync --restart asks with DEST's MD5s and fetches no
+    body (it once was refused too, leaving only a plain --restart that fetched them all)."""
+    dest = copy_of(filled, tmp_path)
+    before = stats(dest)
+    with ReferenceServer(*BASE, access_log=True) as moved:  # another port
+        proc, _ = get(moved.url, dest, tmp_path / "r.json", "--sync")
+        assert proc.returncode == 2 and "with --sync, only the files that differ" in proc.stderr
+        proc, report = get(moved.url, dest, tmp_path / "r.json", "--sync", "--restart")
+        answered = file_gets(moved)
+    assert proc.returncode == 0, proc.stderr
+    assert set(answered) == {304} and report["unchanged"] == FILES
+    assert stats(dest) == before  # not one file touched
+    assert_sums_hold_dest(dest, FILES)
+
+
 def test_over_s3_an_unchanged_object_is_not_asked_for(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
 
@@ -292,7 +310,7 @@ def test_over_s3_delete_spares_what_the_filters_leave_out(tmp_path: Path) -> Non
     (("--sync", "--sink", "null"), "not --sink null: it stores nothing"),
     (("--delete",), "--delete and --dry-run go with --sync"),
     (("--dry-run",), "--delete and --dry-run go with --sync"),
-    (("--sync", "--restart"), "drop --restart"),
+    (("--sync", "--retry-failed"), "drop --retry-failed"),
 ])
 def test_bad_combinations_are_usage_errors(tmp_path: Path, args: tuple[str, ...],
                                            said: str) -> None:

@@ -146,7 +146,10 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
         sync = None
         if options.sync.sync:
             try:
-                sync = SyncIndex(dest, options.sink.fanout, journal.start_new_pass(),
+                # --sync --restart: the journal was another run's (another URL, other
+                # options); this pass starts from the first page, DEST's MD5s still count
+                new_pass = options.restart or journal.start_new_pass()
+                sync = SyncIndex(dest, options.sink.fanout, new_pass,
                                  taken=listing_filter(options))
             except BulkfetchError as exc:
                 return _error_report(options, source, str(exc), journal)
