@@ -166,22 +166,25 @@ def test_delete_dry_run_lists_and_delete_removes_only_what_is_gone(
     assert_sums_hold_dest(dest, shrunk)
 
 
+def kill_once_a_second_page_is_done(server: ReferenceServer, dest: Path, *args: str) -> None:
+    """Start `bulkfetch get` into DEST and SIGKILL it once a page after the first is done."""
+    run = subprocess.Popen(command(server.url, dest, "-q", *args), start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not read_journal(dest, "SELECT 1 FROM pages WHERE status = 'done' AND seq >= 1"):
+            assert run.poll() is None
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+
+
 def test_delete_waits_for_a_complete_listing(filled: Path, tmp_path: Path) -> None:
     """A sync that stops before the listing ends removes nothing: the files not yet listed
     are not gone. Its rerun resumes and then removes what is gone."""
     dest = copy_of(filled, tmp_path)
     args = ("--files", str(FILES - 10), *BASE[2:], "--list-latency", "400")
     with ReferenceServer(*PORT, *args) as server:
-        run = subprocess.Popen(command(server.url, dest, "--sync", "--delete", "-q"),
-                               start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-        try:
-            while not read_journal(dest, "SELECT 1 FROM pages WHERE status = 'done' "
-                                         "AND seq >= 1"):
-                assert run.poll() is None
-        finally:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
+        kill_once_a_second_page_is_done(server, dest, "--sync", "--delete")
         assert len(stats(dest)) == FILES  # killed mid-listing: nothing removed
         proc, report = get(server.url, dest, tmp_path / "r.json", "--sync", "--delete")
     assert proc.returncode == 0, proc.stderr
@@ -203,20 +206,12 @@ def get_s3(server: ReferenceServer, dest: Path, *extra: str
 
 def test_delete_refuses_a_download_a_plain_get_left_unfinished(tmp_path: Path) -> None:
     """A plain `get` killed halfway, then `--sync --delete`: the pages it had done were never
-    noted by a sync pass, and --delete removed every file they stored (10,000 of 13,000
-    here). It is a usage error now, with nothing removed; finished, DEST syncs as usual."""
+    noted by a sync pass, and --delete removed every file they stored (by hand: 17,000 of
+    20,000). It is a usage error now, with nothing removed; finished, DEST syncs as usual."""
     dest = tmp_path / "dest"
     args = ("--files", str(FILES), *BASE[2:], "--list-latency", "400")
     with ReferenceServer(*PORT, *args) as server:
-        run = subprocess.Popen(command(server.url, dest, "-q"), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            while not read_journal(dest, "SELECT 1 FROM pages WHERE status = 'done' "
-                                         "AND seq >= 1"):
-                assert run.poll() is None
-        finally:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
+        kill_once_a_second_page_is_done(server, dest)
         stored = set(stats(dest))
         assert stored
         proc, _ = get(server.url, dest, tmp_path / "r.json", "--sync", "--delete")
