@@ -143,8 +143,9 @@ def render_status(status: Status) -> str:
         lines.append(f"source: {status.fingerprint['source']}")
     listing = "complete" if t.listing_done else "not complete"
     lines.append(f"pages: {t.pages_done:,} of {t.pages_listed:,} listed done (listing {listing})")
+    # "fetched": a --sync pass counts the files it found unchanged as ok, with no bytes
     lines.append(f"files: {t.files_ok:,} ok, {t.files_failed:,} failed, {t.files_listed:,} "
-                 f"listed; {_size(t.bytes)}")
+                 f"listed; {_size(t.bytes)} fetched")
     lines.append(f"started {_when(t.started_at)}, last update {_when(t.updated_at)}")
     if status.live is not None:
         lines += render_live(status.live)

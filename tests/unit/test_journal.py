@@ -446,7 +446,7 @@ def test_status_states_and_render(tmp_path: Path) -> None:
     text = render_status(status)
     assert text.splitlines()[0] == f"{tmp_path}: finished with failures"
     assert "source: http://127.0.0.1:8000" in text
-    assert "19 ok, 1 failed, 20 listed; 19.0 kB" in text
+    assert "19 ok, 1 failed, 20 listed; 19.0 kB fetched" in text
     assert "'bad': HTTP 404 (1 attempts)" in text and "--retry-failed" in text
     with Journal.open(tmp_path, FP) as j:
         j.retry_succeeded(["bad"])
