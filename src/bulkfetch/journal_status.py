@@ -157,7 +157,7 @@ def render_status(status: Status) -> str:
                   for f in status.failures]
     retry = "rerun with --retry-failed to try the failed files again"
     if len(status.failures) == t.files_failed and all(
-            f.attempts == 0 for f in status.failures):
+            f.refused for f in status.failures):
         retry = ("every failed file was refused before any request, for what the listing "
                  "says of it: a retry would refuse it again")
     hint = {"interrupted": "rerun the same command to resume",

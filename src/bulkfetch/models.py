@@ -60,6 +60,12 @@ class Failure:
     attempts: int
     url: str = ""  # what was asked for ("" when the item never became a URL)
 
+    @property
+    def refused(self) -> bool:
+        """Refused before any request, for what the listing says of it (an unsafe name, no
+        usable URL): a retry of the same listing refuses it again."""
+        return self.attempts == 0
+
 
 @dataclass(frozen=True, slots=True)
 class PageReport:

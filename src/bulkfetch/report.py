@@ -83,7 +83,7 @@ def _failed_advice(report: Report) -> str:
     retry = "rerun the same command with --retry-failed to try them again."
     if len(report.failures) != failed:  # the report holds the first 1,000 only
         return f"{failed:,} files failed; {retry}"
-    refused = sum(failure.attempts == 0 for failure in report.failures)
+    refused = sum(failure.refused for failure in report.failures)
     if refused == failed:
         return (f"{failed:,} files failed, all refused before any request for what the "
                 "listing says of them (see the reasons): a retry would refuse them again.")

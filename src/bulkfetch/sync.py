@@ -92,7 +92,7 @@ class SyncIndex:
         --sync pass this index saw from its first page. Not so when a plain `get` left the
         pass unfinished (its pages listed before this --sync were never noted here)."""
         row = self.db.execute("SELECT key FROM pass").fetchone()
-        return row is not None and (row[0] == key or (row[0] is None and key is None))
+        return row is not None and row[0] == key  # (None == None: begun, page 0 not listed)
 
     def _load_sums(self) -> None:
         """The MD5 of each path, the latest line of it winning (sums.py)."""
