@@ -30,6 +30,15 @@ _BATCH = 10_000
 _PLAIN = re.compile(rb"[0-9a-f]{32}  [^\\\n\r]+\n")
 
 
+def has_sums(dest: Path) -> bool:
+    """Whether DEST holds any sums file (one directory read, no stat of each)."""
+    try:
+        with os.scandir(Path(dest) / SUMS_DIR) as entries:
+            return any(entry.name.endswith(".md5") for entry in entries)
+    except OSError:
+        return False
+
+
 def sums_files(dest: Path) -> list[Path]:
     """DEST's sums files, oldest first."""
     sums = Path(dest) / SUMS_DIR

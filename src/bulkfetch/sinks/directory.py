@@ -30,7 +30,7 @@ from bulkfetch.models import PageReport
 from bulkfetch.names import local_parts
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Writer, fatal_or_failure
 from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
-from bulkfetch.sums import SUMS_DIR, sums_files
+from bulkfetch.sums import SUMS_DIR, has_sums
 
 TMP_DIR = ".bulkfetch/tmp"
 
@@ -49,7 +49,7 @@ class DirectorySink:
         # md5sum lines are written for the bodies that were hashed. Into a DEST whose earlier
         # runs recorded some, every body is (even under --no-verify): a file stored again
         # without a line would leave its older line, now untrue, the latest (sums.py).
-        self.needs_md5 = bool(sums_files(dest))
+        self.needs_md5 = has_sums(dest)
         self.fanout = fanout
         # Each file's data on disk before its rename (`pull`: a blob in place is a blob
         # whole); a plain get leaves write-back to the kernel (see end_page).
