@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from bulkfetch.config import (
     DEFAULT_MAX_PAGE_SIZE,
     ApiShape,
+    DeleteLimit,
     GetOptions,
     Limits,
     RequestAuth,
@@ -94,6 +95,7 @@ def build_options(
     sync: bool = False,
     delete: bool = False,
     dry_run: bool = False,
+    max_delete: int | str | None = None,
     url_col: str = "url",
     name_col: str | None = None,
     name_template: str | None = None,
@@ -168,7 +170,7 @@ def build_options(
         verify=verify,
         restart=restart,
         retry_failed=retry_failed,
-        sync=_sync_options(sync, delete, dry_run, sink, restart, retry_failed),
+        sync=_sync_options(sync, delete, dry_run, max_delete, sink, restart, retry_failed),
         table=TableOptions(url_col, name_col, name_template, tuple(save_cols)),
         s3=S3Options(endpoint_url, region, profile, no_sign_request, addressing_style,
                      tuple(include), tuple(exclude), list_concurrency),
@@ -205,9 +207,10 @@ def _listing(source: str, from_file: bool, api: str | None,
     return shape, api_shape, auth
 
 
-def _sync_options(sync: bool, delete: bool, dry_run: bool, sink: str, restart: bool,
-                  retry_failed: bool) -> SyncOptions:
-    options = SyncOptions(sync, delete, dry_run)
+def _sync_options(sync: bool, delete: bool, dry_run: bool, max_delete: int | str | None,
+                  sink: str, restart: bool, retry_failed: bool) -> SyncOptions:
+    limit = None if max_delete is None else DeleteLimit.parse(str(max_delete))
+    options = SyncOptions(sync, delete, dry_run, limit)
     if sync and sink != "dir":
         why = {"tar": "tar shards are not rewritten in place",
                "null": "it stores nothing to keep in step"}.get(sink, "")

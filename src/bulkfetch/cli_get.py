@@ -158,8 +158,14 @@ def _usage(exc: UsageError) -> click.UsageError:
 @click.option("--delete", is_flag=True,
               help="With --sync: once the source is listed to its end, remove the files "
                    "under DEST it no longer lists (never outside DEST, never its "
-                   ".bulkfetch, never a name --include/--exclude leave out). Try --dry-run "
-                   "first.")
+                   ".bulkfetch, never a name --include/--exclude leave out), and the "
+                   "directories this empties. Removes nothing when the listing held no file. "
+                   "Try --dry-run first.")
+@click.option("--max-delete", default=None, metavar="N|P%",
+              help="With --delete: if the pass would remove more than N files, or more "
+                   "than P percent of the files in DEST, remove none and exit 2 (a listing "
+                   "cut short by a server looks like a source that lost its files). "
+                   "Default: no limit.")
 @click.option("--dry-run", is_flag=True,
               help="With --sync: list the source, print the files --delete would remove and "
                    "how many listed files DEST lacks; fetch and remove nothing.")
@@ -267,7 +273,7 @@ def _dry_run(options: GetOptions, quiet: bool) -> int:
     from bulkfetch.sync import dry_run
 
     try:
-        listed, missing, gone = dry_run(
+        listed, missing, gone, refusal = dry_run(
             options, lambda path: click.echo(f"would delete {safe_name(path)}"))
     except UsageError as exc:
         raise _usage(exc) from None
@@ -275,8 +281,10 @@ def _dry_run(options: GetOptions, quiet: bool) -> int:
         click.echo(f"bulkfetch: {exc}", err=True)
         return 1
     if not quiet:
-        would = (f"--delete would remove {gone:,} files" if listed or not gone else
-                 f"--delete would refuse to remove the {gone:,} files (an empty listing)")
+        would = (f"--delete would remove {gone:,} files" if refusal is None else
+                 f"--delete would refuse to remove the {gone:,} files ("
+                 + ("an empty listing" if not listed else
+                    f"more than --max-delete {options.sync.max_delete}") + ")")
         click.echo(f"bulkfetch: dry run: {listed:,} files listed, {missing:,} of them not in "
                    f"{options.dest}; {would}. Nothing was fetched or removed.", err=True)
     return 0

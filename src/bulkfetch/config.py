@@ -190,16 +190,57 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class DeleteLimit:
+    """--max-delete N or P%: the most files --delete may remove in one pass, as a number or
+    as a share of the files DEST holds. Above it nothing at all is removed: a listing cut
+    short by a server's mistake looks, to a sync, like a source that lost its files."""
+
+    count: int | None = None
+    percent: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> DeleteLimit:
+        given = text.strip()
+        try:
+            if given.endswith("%"):
+                percent = float(given[:-1])
+                if not 0 <= percent <= 100:
+                    raise ValueError
+                return cls(percent=percent)
+            count = int(given.replace(",", "").replace("_", ""))
+            if count < 0:
+                raise ValueError
+            return cls(count=count)
+        except ValueError:
+            raise UsageError(f"--max-delete {text!r}: give a number of files (e.g. 1000) or "
+                             "a share of the files in DEST (e.g. 5%)") from None
+
+    def allows(self, removing: int, held: int) -> bool:
+        if self.count is not None:
+            return removing <= self.count
+        if self.percent is not None:
+            return removing * 100 <= self.percent * held
+        return True
+
+    def __str__(self) -> str:
+        return f"{self.percent:g}%" if self.percent is not None else f"{self.count}"
+
+
+@dataclass(frozen=True)
 class SyncOptions:
     """get --sync (bulkfetch/sync.py): list again, fetch only what is new or changed."""
 
     sync: bool = False
     delete: bool = False  # remove the files under DEST the pass did not list
     dry_run: bool = False  # list, and say what --delete would remove; fetch nothing
+    max_delete: DeleteLimit | None = None  # above it, --delete removes nothing
 
     def __post_init__(self) -> None:
         if (self.delete or self.dry_run) and not self.sync:
             raise UsageError("--delete and --dry-run go with --sync")
+        if self.max_delete is not None and not (self.delete or self.dry_run):
+            raise UsageError("--max-delete limits --delete (or what --dry-run says it "
+                             "would do): add --sync --delete")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ pass lists the source again from its first page and, for each listed file presen
 A listed file missing from DEST, or without a recorded MD5, is fetched as usual. With
 --delete, once a pass has listed the source to its end, the files under DEST that it did not
 list are removed, through directory descriptors, never following a symlink, never inside
-DEST/.bulkfetch; --dry-run lists them and removes nothing.
+DEST/.bulkfetch, and the directories this leaves empty with them; --dry-run lists them and
+removes nothing. --delete removes nothing at all when the listing held no file or when it
+would remove more than --max-delete (N files or P% of DEST) allows.
 
 The index (DEST/.bulkfetch/sync.sqlite) keeps the recorded MD5s by path, rebuilt from the
 sums at each start, and the paths a pass listed, kept across an interrupted pass: memory
@@ -31,6 +33,7 @@ line, hold DEST to what it is now rather than to what it was.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 import sqlite3
 import stat
@@ -38,7 +41,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from bulkfetch.config import GetOptions
+from bulkfetch.config import DeleteLimit, GetOptions
 from bulkfetch.errors import BulkfetchError, UsageError
 from bulkfetch.names import local_parts
 from bulkfetch.sums import KEPT_TABLE, SUMS_DIR, load_latest, rewrite, sums_files
@@ -155,9 +158,10 @@ class SyncIndex:
         return fetch, tuple(headers)
 
     # -- what the source no longer lists ----------------------------------------------------
-    def gone(self) -> Iterator[tuple[int, str, str]]:
-        """(directory fd, entry name, path under DEST) of every file under DEST, outside
-        DEST/.bulkfetch, that the pass did not list. The fd is valid until the next item."""
+    def _entries(self) -> Iterator[tuple[int, str, str, bool]]:
+        """(directory fd, entry name, path under DEST, whether it is gone) of every file
+        under DEST outside DEST/.bulkfetch: gone when the pass did not list it and speaks
+        for it. The fd is valid until the next item."""
         for top, dirs, files, dir_fd in os.fwalk(self.dest, follow_symlinks=False):
             relative = os.path.relpath(top, self.dest)
             prefix = "" if relative == "." else relative + "/"
@@ -171,8 +175,21 @@ class SyncIndex:
             paths = [prefix + entry for entry in entries]
             listed = self._listed(paths)
             for entry, path in zip(entries, paths, strict=True):
-                if path not in listed and self._judged(path):
-                    yield dir_fd, entry, path
+                yield dir_fd, entry, path, path not in listed and self._judged(path)
+
+    def gone(self) -> Iterator[tuple[int, str, str]]:
+        """(directory fd, entry name, path under DEST) of every file under DEST, outside
+        DEST/.bulkfetch, that the pass did not list. The fd is valid until the next item."""
+        return ((dir_fd, entry, path) for dir_fd, entry, path, gone in self._entries()
+                if gone)
+
+    def census(self) -> tuple[int, int]:
+        """(files gone, files DEST holds outside DEST/.bulkfetch)."""
+        gone = held = 0
+        for _, _, _, is_gone in self._entries():
+            held += 1
+            gone += is_gone
+        return gone, held
 
     def _judged(self, path: str) -> bool:
         """Whether the pass speaks for `path`: with filters, only for the names they take
@@ -191,18 +208,37 @@ class SyncIndex:
                 chunk))
         return found
 
-    def delete_gone(self, dry_run: bool, each: Callable[[str], None] | None = None) -> int:
-        """Remove (or with `dry_run`, only name) the files the pass did not list: `each`
-        is told every path under DEST; returns how many."""
-        removed = 0
-        if not dry_run and self.db.execute("SELECT 1 FROM listed LIMIT 1").fetchone() is None \
-                and next(self.gone(), None) is not None:
+    def refusal(self, limit: DeleteLimit | None) -> str | None:
+        """Why --delete must remove nothing at all this pass (None: it may go on): the
+        listing held no file, or it would remove more than --max-delete allows."""
+        empty = self.db.execute("SELECT 1 FROM listed LIMIT 1").fetchone() is None
+        if not empty and limit is None:
+            return None
+        gone, held = self.census()
+        if not gone:
+            return None
+        if empty:
             # An empty listing is more often a server's or a path's mistake than a source
             # emptied on purpose, and it would take every file: nothing is removed.
-            raise UsageError(
-                "the source listed no file at all, so --delete would empty DEST: nothing was "
-                "removed (check the URL; if the source is really empty, remove the files "
-                "yourself)")
+            return ("the source listed no file at all, so --delete would empty DEST: "
+                    "nothing was removed (check the URL; if the source is really empty, "
+                    "remove the files yourself)")
+        if limit is not None and not limit.allows(gone, held):
+            return (f"--delete would remove {gone:,} of the {held:,} files in DEST "
+                    f"({100 * gone / held:.3g}%), more than --max-delete {limit} allows: "
+                    "nothing was removed (see them with --dry-run; raise --max-delete if "
+                    "the source really no longer has them)")
+        return None
+
+    def delete_gone(self, dry_run: bool, each: Callable[[str], None] | None = None,
+                    limit: DeleteLimit | None = None) -> int:
+        """Remove (or with `dry_run`, only name) the files the pass did not list: `each`
+        is told every path under DEST; returns how many. A directory the removals leave
+        empty goes too. Raises UsageError, removing nothing, when refusal() says why."""
+        if not dry_run and (why := self.refusal(limit)) is not None:
+            raise UsageError(why)
+        removed = 0
+        emptied: set[str] = set()
         for dir_fd, entry, path in self.gone():
             if not dry_run:
                 try:
@@ -213,9 +249,13 @@ class SyncIndex:
                     raise BulkfetchError(f"cannot remove {self.dest / path}: "
                                          f"{exc.strerror}") from None
                 self.db.execute("INSERT OR IGNORE INTO removed (path) VALUES (?)", (path,))
+                emptied.add(path.rpartition("/")[0])
             removed += 1
             if each is not None:
                 each(path)
+        emptied.discard("")
+        if emptied:
+            remove_emptied(self.dest, emptied)
         return removed
 
     def compact_sums(self) -> bool:
@@ -242,6 +282,46 @@ class SyncIndex:
             self.db.close()
 
 
+def remove_emptied(dest: Path, directories: set[str]) -> int:
+    """Remove each of `directories` (paths under `dest`) that is now empty, and then each
+    parent that this leaves empty, up to but never `dest`; deepest first, every step
+    through directory fds that follow no symlink. Returns how many went."""
+    pending = [(-path.count("/"), path) for path in directories]
+    heapq.heapify(pending)
+    seen = set(directories)
+    removed = 0
+    root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        while pending:
+            _, path = heapq.heappop(pending)
+            parent, _, leaf = path.rpartition("/")
+            if not _rmdir_if_empty(root, parent, leaf):
+                continue
+            removed += 1
+            if parent and parent not in seen:
+                seen.add(parent)
+                heapq.heappush(pending, (-parent.count("/"), parent))
+    finally:
+        os.close(root)
+    return removed
+
+
+def _rmdir_if_empty(root: int, parent: str, leaf: str) -> bool:
+    fds: list[int] = []
+    try:
+        at = root
+        for part in parent.split("/") if parent else ():
+            at = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=at)
+            fds.append(at)
+        os.rmdir(leaf, dir_fd=at)  # only ever an empty directory; never a symlink's target
+        return True
+    except OSError:  # not empty (a file the pass kept, or one of the user's), or gone
+        return False
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def listing_filter(options: GetOptions) -> Callable[[str], bool] | None:
     """The names the run's --include/--exclude take (None: no filter)."""
     if not options.s3.include and not options.s3.exclude:
@@ -251,12 +331,14 @@ def listing_filter(options: GetOptions) -> Callable[[str], bool] | None:
     return key_filter(options.s3.include, options.s3.exclude)
 
 
-def dry_run(options: GetOptions, show: Callable[[str], None]) -> tuple[int, int, int]:
+def dry_run(options: GetOptions, show: Callable[[str], None]
+            ) -> tuple[int, int, int, str | None]:
     """`get --sync --dry-run`: list the source to its end and show (through `show`) each
     file under DEST that --delete would remove. Fetches, writes and removes nothing in
     DEST (the index of the listed paths lives in a temporary directory). Returns (files
-    listed, listed files DEST lacks, files --delete would remove). Raises BulkfetchError
-    (UsageError for what the user must fix) when the listing fails."""
+    listed, listed files DEST lacks, files --delete would remove, why it would remove none
+    of them or None). Raises BulkfetchError (UsageError for what the user must fix) when
+    the listing fails."""
     from bulkfetch.engine.lister import ListingFailed, ListingFinished
     from bulkfetch.engine.range_lister import lister_from_start
     from bulkfetch.sources import make_source
@@ -286,7 +368,8 @@ def dry_run(options: GetOptions, show: Callable[[str], None]) -> tuple[int, int,
                     listed += 1
                     missing += index._size(path) is None
             gone = index.delete_gone(dry_run=True, each=show)
+            refusal = index.refusal(options.sync.max_delete)
         finally:
             lister.stop()
             index.close()
-    return listed, missing, gone
+    return listed, missing, gone, refusal

@@ -166,6 +166,30 @@ def test_delete_dry_run_lists_and_delete_removes_only_what_is_gone(
     assert_sums_hold_dest(dest, shrunk)
 
 
+def test_max_delete_refuses_a_pass_that_would_remove_more_and_removes_nothing(
+        filled: Path, tmp_path: Path) -> None:
+    """A source 40 files shorter: --max-delete 1% (30 of 3,000) refuses, exit 2, nothing
+    removed, and the dry run says it would refuse; --max-delete 40 removes the 40."""
+    dest = copy_of(filled, tmp_path)
+    before = stats(dest)
+    with ReferenceServer(*PORT, "--files", str(FILES - 40), *BASE[2:]) as server:
+        dry = subprocess.run(command(server.url, dest, "--sync", "--delete", "--dry-run",
+                                     "--max-delete", "1%"),
+                             capture_output=True, text=True, timeout=120)
+        assert dry.returncode == 0, dry.stderr
+        assert "would refuse to remove the 40 files (more than --max-delete 1%)" in dry.stderr
+        proc, report = get(server.url, dest, tmp_path / "r.json", "--sync", "--delete",
+                           "--max-delete", "1%")
+        assert proc.returncode == 2, proc.stderr
+        assert "would remove 40 of the 3,000 files in DEST" in report["error"]
+        assert report["deleted"] == 0 and stats(dest) == before
+        proc, report = get(server.url, dest, tmp_path / "r.json", "--sync", "--delete",
+                           "--max-delete", "40")
+    assert proc.returncode == 0, proc.stderr
+    assert report["deleted"] == 40
+    assert_complete(dest, md5s(FILES - 40))
+
+
 def kill_once_a_second_page_is_done(server: ReferenceServer, dest: Path, *args: str) -> None:
     """Start `bulkfetch get` into DEST and SIGKILL it once a page after the first is done."""
     run = subprocess.Popen(command(server.url, dest, "-q", *args), start_new_session=True,

@@ -1,6 +1,7 @@
 """sync.py's index on a real directory: MD5s from the sums (a later line wins), what a page
 asks for (nothing for a file the listing shows unchanged, If-None-Match for a kept one,
-plain for a missing one or a symlink), and what --delete finds gone and removes."""
+plain for a missing one or a symlink), what --delete finds gone and removes (with the
+directories it empties), and --max-delete's refusal, which removes nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
+from bulkfetch.config import DeleteLimit
+from bulkfetch.errors import UsageError
 from bulkfetch.hashfile import sum_lines
 from bulkfetch.names import local_parts
 from bulkfetch.sync import SyncIndex
@@ -139,3 +144,62 @@ def test_the_listed_paths_vouch_only_for_the_pass_they_were_noted_in(tmp_path: P
     assert resumed.covers(1.5)
     assert not resumed.covers(2.5)  # another pass: a plain get's, after --restart
     resumed.close()
+
+
+def test_removals_take_the_directories_they_empty_and_no_other(tmp_path: Path) -> None:
+    names = {"a/b/old": b"o", "a/old": b"o", "c/old": b"o", "c/keep": b"k", "d/old": b"o"}
+    dest = dest_with(tmp_path, names, [[(name, MD5_A) for name in names]])
+    (dest / "users-empty").mkdir()  # empty before the pass: not the pass's to remove
+    outside = tmp_path / "outside"
+    (outside / "inner").mkdir(parents=True)
+    (dest / "d" / "link").symlink_to(outside)  # removed as an entry; its target untouched
+    index = SyncIndex(dest, 0, new_pass=True)
+    index.plan(["c/keep"], ["c/keep"], None, None)
+    assert index.delete_gone(dry_run=False) == 5
+    left = sorted(str(p.relative_to(dest)) for p in dest.rglob("*")
+                  if ".bulkfetch" not in p.parts)
+    assert left == ["c", "c/keep", "users-empty"]  # a/b, then a, and d went with their files
+    assert (outside / "inner").is_dir()
+    index.close()
+
+
+def test_a_dry_run_removes_no_directory(tmp_path: Path) -> None:
+    dest = dest_with(tmp_path, {"a/old": b"o"}, [])
+    index = SyncIndex(dest, 0, new_pass=True)
+    index.plan(["x"], ["x"], None, None)
+    assert index.delete_gone(dry_run=True) == 1
+    assert (dest / "a" / "old").exists()
+    index.close()
+
+
+@pytest.mark.parametrize(("limit", "refused"), [
+    ("3", False), ("2", True), ("75%", False), ("74.9%", True), ("0", True), ("100%", False),
+])
+def test_max_delete_refuses_a_pass_that_would_remove_more_removing_nothing(
+        tmp_path: Path, limit: str, refused: bool) -> None:
+    names = {f"f{i}": b"x" for i in range(4)}
+    dest = dest_with(tmp_path, names, [])
+    index = SyncIndex(dest, 0, new_pass=True)
+    index.plan(["f0"], ["f0"], None, None)  # 3 of the 4 files are gone
+    assert index.census() == (3, 4)
+    if refused:
+        with pytest.raises(UsageError, match=rf"would remove 3 of the 4 files in DEST \(75%\), "
+                                             rf"more than --max-delete {limit} allows"):
+            index.delete_gone(dry_run=False, limit=DeleteLimit.parse(limit))
+        assert sorted(p.name for p in dest.iterdir()) == [".bulkfetch", *sorted(names)]
+    else:
+        assert index.delete_gone(dry_run=False, limit=DeleteLimit.parse(limit)) == 3
+        assert sorted(p.name for p in dest.iterdir()) == [".bulkfetch", "f0"]
+    index.close()
+
+
+@pytest.mark.parametrize("text", ["-1", "x", "101%", "5%%", "", "1.5"])
+def test_a_max_delete_that_means_nothing_is_a_usage_error(text: str) -> None:
+    with pytest.raises(UsageError, match="give a number of files"):
+        DeleteLimit.parse(text)
+
+
+def test_max_delete_reads_counts_with_separators_and_shares() -> None:
+    assert DeleteLimit.parse("1,000") == DeleteLimit(count=1000)
+    assert DeleteLimit.parse(" 5% ") == DeleteLimit(percent=5.0)
+    assert str(DeleteLimit.parse("12.5%")) == "12.5%" and str(DeleteLimit(count=7)) == "7"
