@@ -47,6 +47,14 @@ def done_count(dest: Path) -> int:
         return 0
 
 
+def listed_count(dest: Path) -> int:
+    """Pages listed so far, done or not (0 until the journal can be read)."""
+    try:
+        return len(read_journal(dest, "SELECT seq FROM pages"))
+    except sqlite3.OperationalError:
+        return 0
+
+
 def fetched(server: ReferenceServer, since: float) -> list[LoggedRequest]:
     """The /get/ requests the server logged from `since` on."""
     return [r for r in server.requests() if r.time >= since and r.target.startswith("/get/")]
@@ -174,6 +182,29 @@ def test_interrupt_lock_status_and_resume(reference_server: Start, tmp_path: Pat
     finished = status(dest)
     assert finished.returncode == 0 and f"{dest}: finished" in finished.stdout
     assert status_counts(finished.stdout) == (files, 0, files)
+
+
+def test_ctrl_c_with_pages_listed_ahead_exits(reference_server: Start, tmp_path: Path) -> None:
+    """One file in flight per worker, so the listing runs pages ahead: more than the pipe
+    to the workers holds. Ctrl-C stops the workers before they read them; the run used to
+    print its summary and then hang at exit, its queue's feeder blocked on the full pipe."""
+    server = reference_server("--files", "40000", "--page-size", "1000", "--latency", "5")
+    dest = tmp_path / "dest"
+    proc = subprocess.Popen(command(server.url, dest, "-w", "2", "--concurrency", "1",
+                                    "--plain"),
+                            start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: listed_count(dest) >= 12, proc, "12 pages listed")
+        kill_group(proc, signal.SIGINT)  # what a terminal's Ctrl-C does
+        _, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Rerun the same command to resume" in err
+    rerun, report = get(server.url, dest, tmp_path / "r.json", "-q")
+    assert rerun.returncode == 0 and report["files_ok"] == 40000, rerun.stderr
+    assert_complete(dest, expected_files(40000))
 
 
 def test_status_of_a_dest_without_journal(tmp_path: Path) -> None:

@@ -141,6 +141,14 @@ class ProcessPool:
             if worker.is_alive():
                 worker.kill()
                 worker.join(5)
+        self._drop_undelivered()
+
+    def _drop_undelivered(self) -> None:
+        """The workers are gone: pages still in the tasks pipe have no reader. Their
+        feeder thread would block on a full pipe and, joined at exit, hang the process
+        after its summary (a Ctrl-C that stopped the workers with pages listed ahead).
+        Those pages are not done in the journal; a rerun fetches them."""
+        self.tasks.cancel_join_thread()
 
     def where(self, worker: int) -> str:
         return socket.gethostname()
@@ -160,3 +168,4 @@ class ProcessPool:
         for worker in self.workers:
             with contextlib.suppress(Exception):
                 worker.join(2)
+        self._drop_undelivered()
