@@ -41,6 +41,16 @@ __all__ = [
 
 MAX_REPORT_FAILURES = 1000  # failures listed in the JSON report
 SUMMARY_FAILURES = 10  # failures listed on the terminal
+def _stored_of_unfinished_pages(report: Report, syncing: bool) -> int:
+    """Files a stopped run stored whose pages were not done: the live display counted
+    them, the journal (files_ok) does not until their whole page is."""
+    if report.exit_code == 0 or syncing or report.pages_reassigned:
+        return 0  # (a lost worker's files count twice in the workers' summaries)
+    stored = sum(count for worker in report.workers
+                 if isinstance(count := worker.get("files_ok"), int))
+    return max(0, stored - (report.files_ok - report.resumed_files))
+
+
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.2f} s"
@@ -125,6 +135,9 @@ def summary_table(report: Report) -> Table:
     files.append(" · ")
     files.append(f"{report.files_failed:,}", style="bold red" if report.files_failed else "bold")
     files.append(" failed")
+    if unfinished := _stored_of_unfinished_pages(report, syncing):
+        files.append(f" · {unfinished:,} more stored, of pages not finished (a rerun "
+                     "fetches those pages again)", style="yellow")
     table.add_row("files", files)
     if syncing:
         table.add_row("sync", Text(

@@ -289,3 +289,22 @@ def test_bytes_partial_files_already_held_are_said_and_left_out_of_the_rate() ->
     assert "300.0 MB (300,000,000 bytes) (100.0 MB of it already in partial files" in out
     assert "20.0 MB/s (this run)" in out
     assert report_dict(report)["continued_bytes"] == 100_000_000
+
+
+@pytest.mark.parametrize(("kw", "said"), [
+    ({"interrupted": True}, "1,262 more stored, of pages not finished"),
+    ({"interrupted": True, "pages_reassigned": 1}, None),  # a lost worker's files count twice
+    ({"listing_complete": True}, None),  # complete: every stored file is journaled
+])
+def test_a_stopped_run_says_what_it_stored_beyond_its_finished_pages(
+        kw: dict[str, object], said: str | None) -> None:
+    """The live display counts every stored file; the journal a page's once it is done.
+    A stopped run's summary said 85,000 downloaded under a final line of 86,262 files."""
+    report = Report(source="http://h/", dest="/d", files_ok=90_000, resumed_files=5_000,
+                    workers=[{"worker": 0, "files_ok": 43_000},
+                             {"worker": 1, "files_ok": 43_262}], **kw)  # type: ignore[arg-type]
+    console = Console(file=StringIO(), width=200)
+    console.print(summary_table(report))
+    out = " ".join(console.file.getvalue().split())  # type: ignore[attr-defined]
+    assert "90,000 downloaded (5,000 of them by earlier runs)" in out
+    assert (said in out) if said else ("more stored" not in out), out
