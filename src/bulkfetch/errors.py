@@ -34,6 +34,11 @@ class NoJournal(UsageError):
     """`bulkfetch status DEST`: DEST has no journal."""
 
 
+class DestNotWritable(UsageError):
+    """DEST (or its DEST/.bulkfetch) cannot be made or written here: read-only storage,
+    permissions, a file where a directory must be. A rerun cannot help; the user can."""
+
+
 class JournalIOError(BulkfetchError):
     """The journal could not be created or written (disk full, I/O error, permissions)."""
 

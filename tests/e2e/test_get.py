@@ -183,7 +183,7 @@ def test_no_verify_stores_corrupt_bodies_that_verification_refuses(
 # -- 9. usage errors ---------------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["missing-dest", "bad-scheme", "dest-is-file", "workers-0",
                                   "template", "no-url-file", "report-dir-missing",
-                                  "from-stdin", "from-fifo"])
+                                  "dest-under-a-file", "from-stdin", "from-fifo"])
 def test_usage_errors(reference_server: Start, tmp_path: Path, case: str) -> None:
     server = reference_server("--files", "10", access_log=True)
     dest = tmp_path / "dest"
@@ -195,6 +195,8 @@ def test_usage_errors(reference_server: Start, tmp_path: Path, case: str) -> Non
         "missing-dest": ([server.url], "DEST"),
         "bad-scheme": (["ftp://x", str(dest)], "ftp://x"),
         "dest-is-file": ([server.url, str(afile)], str(afile)),
+        # not "Rerun the same command": a rerun cannot help (read-only storage alike)
+        "dest-under-a-file": ([server.url, str(afile / "sub")], "cannot write to DEST"),
         "workers-0": ([server.url, str(dest), "--workers", "0"], "--workers"),
         "template": ([server.url, str(dest), "--get-template", "/files/"], "{name}"),
         "no-url-file": (["--from-file", str(tmp_path / "nope.txt"), str(dest)], "nope.txt"),

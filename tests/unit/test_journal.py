@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 from bulkfetch.errors import (
     BulkfetchError,
     DestBusy,
+    DestNotWritable,
     JournalCorrupt,
     JournalMismatch,
     NoJournal,
@@ -597,3 +599,23 @@ def test_a_sync_starts_a_new_pass_only_over_a_complete_run(tmp_path: Path) -> No
         assert j.resume_point() == (0, None, False) and j.failures() == []
         add_pages(j, range(1))  # the new pass journals from its first page again
         assert j.totals().pages_listed == 1
+
+
+@pytest.mark.parametrize("errno_", [errno.EROFS, errno.EACCES])
+def test_a_dest_that_cannot_be_written_is_the_users_to_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errno_: int) -> None:
+    """Read-only storage or permissions: a usage error naming DEST (exit 2), not an I/O
+    error whose advice is to rerun the same command."""
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(errno_, os.strerror(errno_), str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(DestNotWritable, match=rf"cannot write to DEST {tmp_path / 'd'}: "
+                                              rf"{os.strerror(errno_)}"):
+        Journal.open(tmp_path / "d", FP)
+
+
+def test_a_file_in_the_way_of_dest_is_the_users_to_fix(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(DestNotWritable, match="Not a directory"):
+        Journal.open(tmp_path / "afile" / "d", FP)
