@@ -32,10 +32,15 @@ def _check_dest(dest: Path) -> None:
 
 def _fresh_dest(dest: Path) -> None:
     """DEST emptied and marked as the demo's, so that the next demo may replace it."""
-    if dest.exists():
-        shutil.rmtree(dest)
-    (dest / JOURNAL_DIR).mkdir(parents=True)
-    (dest / DEMO_MARK).write_text("made by `bulkfetch demo`, which replaces this directory\n")
+    try:
+        if dest.exists():
+            shutil.rmtree(dest)
+        (dest / JOURNAL_DIR).mkdir(parents=True)
+        (dest / DEMO_MARK).write_text("made by `bulkfetch demo`, which replaces this "
+                                      "directory\n")
+    except OSError as exc:
+        raise UsageError(f"cannot make DEST {str(dest)!r}: {exc.strerror} "
+                         f"({exc.filename}): choose a directory you can write to") from None
 
 
 def verify_against_dataset(dest: Path, files: int, seed: int = 0) -> tuple[int, list[str]]:

@@ -315,6 +315,15 @@ def test_demo_leaves_a_real_download_alone(reference_server: Start, tmp_path: Pa
     assert (dest / "my-notes.txt").read_text() == "mine"
 
 
+def test_demo_into_a_dest_it_cannot_make_is_a_usage_error(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    demo = cli("demo", "--files", "300", str(afile / "demo"))  # (a traceback before)
+    assert demo.returncode == 2 and "Traceback" not in demo.stderr, demo.stderr[-3000:]
+    assert f"cannot make DEST '{afile / 'demo'}'" in demo.stderr
+    assert afile.read_text() == "x"
+
+
 # -- proxies from the environment ----------------------------------------------------------
 def test_a_proxy_in_the_environment_is_used_and_no_proxy_bypasses_it(
         reference_server: Start, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
