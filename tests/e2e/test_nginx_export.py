@@ -258,6 +258,13 @@ def test_export_refuses_what_only_the_live_server_can_do(
     assert not (tmp_path / "export").exists()
 
 
+def test_an_export_it_cannot_write_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    done = _export(tmp_path / "afile" / "export", _free_port(), "--files", "10")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "cannot write" in done.stderr and "Not a directory" in done.stderr
+
+
 def test_export_replaces_an_earlier_export_but_never_a_foreign_directory(
     tmp_path: Path
 ) -> None:

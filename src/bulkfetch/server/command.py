@@ -305,6 +305,13 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
             write_export(options, export_static, progress=True)
         except UsageError as exc:
             raise click.UsageError(str(exc)) from None
+        except OSError as exc:
+            message = (f"--export-static {export_static}: cannot write "
+                       f"{exc.filename or export_static}: {exc.strerror or exc}")
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR):
+                raise click.UsageError(message + ": choose a directory you can write to") \
+                    from None
+            raise click.ClickException(message) from None  # (a full disk: exit 1)
         return
     if not is_loopback(options.host):
         click.echo(f"warning: listening on {options.host}, which is not a loopback address; "
