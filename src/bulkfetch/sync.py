@@ -161,21 +161,26 @@ class SyncIndex:
     def _entries(self) -> Iterator[tuple[int, str, str, bool]]:
         """(directory fd, entry name, path under DEST, whether it is gone) of every file
         under DEST outside DEST/.bulkfetch: gone when the pass did not list it and speaks
-        for it. The fd is valid until the next item."""
-        for top, dirs, files, dir_fd in os.fwalk(self.dest, follow_symlinks=False):
-            relative = os.path.relpath(top, self.dest)
-            prefix = "" if relative == "." else relative + "/"
-            if not prefix:
-                dirs[:] = [d for d in dirs if d != STATE_DIR]
-            dirs.sort()
-            # a symlink to a directory is listed among the directories, but is an entry
-            # of ours to judge like a file (fwalk does not go into it)
-            entries = sorted(files + [d for d in dirs
-                                      if os.path.islink(os.path.join(top, d))])
-            paths = [prefix + entry for entry in entries]
-            listed = self._listed(paths)
-            for entry, path in zip(entries, paths, strict=True):
-                yield dir_fd, entry, path, path not in listed and self._judged(path)
+        for it. The fd is valid until the next item. DEST itself may be a symlink (the
+        user named it); nothing under it is followed."""
+        root = os.open(self.dest, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for top, dirs, files, dir_fd in os.fwalk(".", dir_fd=root, follow_symlinks=False):
+                relative = os.path.normpath(top)
+                prefix = "" if relative == "." else relative + "/"
+                if not prefix:
+                    dirs[:] = [d for d in dirs if d != STATE_DIR]
+                dirs.sort()
+                # a symlink to a directory is listed among the directories, but is an entry
+                # of ours to judge like a file (fwalk does not go into it)
+                entries = sorted(files + [d for d in dirs if stat.S_ISLNK(
+                    os.stat(d, dir_fd=dir_fd, follow_symlinks=False).st_mode)])
+                paths = [prefix + entry for entry in entries]
+                listed = self._listed(paths)
+                for entry, path in zip(entries, paths, strict=True):
+                    yield dir_fd, entry, path, path not in listed and self._judged(path)
+        finally:
+            os.close(root)
 
     def gone(self) -> Iterator[tuple[int, str, str]]:
         """(directory fd, entry name, path under DEST) of every file under DEST, outside

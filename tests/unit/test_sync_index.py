@@ -203,3 +203,18 @@ def test_max_delete_reads_counts_with_separators_and_shares() -> None:
     assert DeleteLimit.parse("1,000") == DeleteLimit(count=1000)
     assert DeleteLimit.parse(" 5% ") == DeleteLimit(percent=5.0)
     assert str(DeleteLimit.parse("12.5%")) == "12.5%" and str(DeleteLimit(count=7)) == "7"
+
+
+def test_a_dest_named_through_a_symlink_is_walked(tmp_path: Path) -> None:
+    """DEST given as a symlink to the directory (the user's choice of name): the walk
+    found nothing there, and --delete removed nothing, silently."""
+    real = dest_with(tmp_path, {"keep": b"k", "sub/old": b"o"}, [])
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    index = SyncIndex(link, 0, new_pass=True)
+    index.plan(["keep"], ["keep"], None, None)
+    assert [path for _, _, path in index.gone()] == ["sub/old"]
+    assert index.census() == (1, 2)
+    assert index.delete_gone(dry_run=False) == 1
+    assert sorted(p.name for p in real.iterdir()) == [".bulkfetch", "keep"]
+    index.close()
