@@ -394,8 +394,9 @@ def hash_command(paths: tuple[str, ...], algo: str | None, workers: int | None,
     """Print the checksum of every file in PATHs, as md5sum, sha1sum, sha256sum or b3sum would.
 
     Files are hashed in parallel worker processes and printed in the order given; a directory
-    is walked recursively, names in byte order, without following symlinks to directories;
-    '-' is standard input.
+    is walked recursively, names in byte order, without following symlinks to directories
+    and leaving out the .bulkfetch directory a download keeps its state in; '-' is standard
+    input.
     The output is byte for byte md5sum's (`md5sum -c` reads it) and b3sum's for blake3. A
     file that cannot be read is reported on stderr and the others go on. On a terminal a bar
     by bytes runs on stderr, and a summary follows.

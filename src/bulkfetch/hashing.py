@@ -60,6 +60,7 @@ BLAKE3_THREADS_ABOVE = 32 << 20  # BLAKE3 on all cores from here; rayon's split 
 BLAKE3_SLICE = 256 << 20  # a mapped file is hashed and counted this much at a time
 BATCH_FILES = 256
 STDIN = "-"  # the path that names standard input
+STATE_DIR = ".bulkfetch"  # a download's state in its DEST: left out of a directory's walk
 BATCH_BYTES = 64 << 20
 
 # A digest is lower-case hex, or the error that kept the file from being read.
@@ -121,8 +122,10 @@ def walk(paths: Iterable[str]) -> Iterator[Job]:
     """(path, size) of every file to hash, in order: each PATH as given, a directory's
     regular files recursively by name in byte order. In a directory, symlinks to regular
     files are hashed; symlinks to directories are not followed, and other entries (dangling
-    links, FIFOs, sockets, devices) are skipped. What cannot be read comes out with -errno,
-    in its place. "-" is standard input, as for md5sum (a file named so is ./-)."""
+    links, FIFOs, sockets, devices) are skipped, and so is a directory's .bulkfetch, where a
+    download keeps its journal and sums: its state, which the next run changes, not its
+    data. What cannot be read comes out with -errno, in its place. "-" is standard input,
+    as for md5sum (a file named so is ./-)."""
     for path in paths:
         if path == STDIN:
             yield path, 0  # (its size is known at its end)
@@ -146,6 +149,8 @@ def _walk_directory(top: str) -> Iterator[Job]:
         yield top, -(exc.errno or errno.EIO)
         return
     for name in names:
+        if name == STATE_DIR:
+            continue
         path = os.path.join(top, name)
         try:
             info = os.lstat(path)

@@ -197,6 +197,19 @@ def test_walk_is_sorted_by_bytes_and_follows_only_file_links(tmp_path: Path) -> 
         (f"{top}/link-to-file", 2)]
 
 
+def test_walk_leaves_out_a_downloads_state_unless_it_is_named(tmp_path: Path) -> None:
+    """DEST/.bulkfetch (journal, sums, locks) changes with every run: `hash DEST > sums`
+    then `hash --check sums` failed on it after a rerun. Named as a PATH, it is hashed."""
+    (tmp_path / "data").write_bytes(b"12")
+    (tmp_path / "sub" / ".bulkfetch").mkdir(parents=True)
+    (tmp_path / "sub" / ".bulkfetch" / "journal.sqlite").write_bytes(b"123")
+    (tmp_path / ".bulkfetch").mkdir()
+    (tmp_path / ".bulkfetch" / "lock").write_bytes(b"1")
+    top = str(tmp_path)
+    assert list(walk([top])) == [(f"{top}/data", 2)]
+    assert list(walk([f"{top}/.bulkfetch"])) == [(f"{top}/.bulkfetch/lock", 1)]
+
+
 def test_walk_keeps_paths_in_the_order_given_and_reports_missing_in_place(
         tmp_path: Path) -> None:
     make_tree(tmp_path)
