@@ -23,8 +23,10 @@ from bulkfetch.hashfile import parse_line, sum_lines
 __all__ = ["KEPT_TABLE", "SUMS_DIR", "Loaded", "load_latest", "sums_files"]
 
 SUMS_DIR = ".bulkfetch/sums"
-KEPT_TABLE = "CREATE TABLE IF NOT EXISTS kept (path TEXT PRIMARY KEY, md5 TEXT NOT NULL) " \
-             "WITHOUT ROWID"
+# `written`: the modification time (ns) of the sums file holding the line. The sink writes
+# a file before its line, so a file modified later than that was changed in DEST since.
+KEPT_TABLE = "CREATE TABLE IF NOT EXISTS kept (path TEXT PRIMARY KEY, md5 TEXT NOT NULL, " \
+             "written INTEGER NOT NULL) WITHOUT ROWID"
 _BATCH = 10_000
 # A line as the directory sink writes it for a name that needs no escaping
 _PLAIN = re.compile(rb"[0-9a-f]{32}  [^\\\n\r]+\n")
@@ -64,19 +66,20 @@ def load_latest(db: sqlite3.Connection, dest: Path) -> Loaded:
     try:
         db.execute("DELETE FROM kept")
         for file in files:
-            batch: list[tuple[str, str]] = []
+            batch: list[tuple[str, str, int]] = []
             with file.open("rb") as lines:
-                read[file.name] = os.fstat(lines.fileno()).st_size
+                info = os.fstat(lines.fileno())
+                read[file.name], written = info.st_size, info.st_mtime_ns
                 for line in lines:
                     if _PLAIN.fullmatch(line):  # as the sink writes a plain name: no regex
-                        batch.append((os.fsdecode(line[34:-1]), line[:32].decode()))
+                        batch.append((os.fsdecode(line[34:-1]), line[:32].decode(), written))
                     else:
                         parsed = parse_line(line.rstrip(b"\n"))
                         if parsed is None or len(parsed.hexdigest) != 32 \
                                 or parsed.algo not in (None, "md5"):
                             improper += 1
                             continue
-                        batch.append((os.fsdecode(parsed.name), parsed.hexdigest))
+                        batch.append((os.fsdecode(parsed.name), parsed.hexdigest, written))
                     if len(batch) >= _BATCH:
                         lines_read += _keep(db, batch)
             lines_read += _keep(db, batch)
@@ -87,8 +90,8 @@ def load_latest(db: sqlite3.Connection, dest: Path) -> Loaded:
     return Loaded(read, lines_read, improper)
 
 
-def _keep(db: sqlite3.Connection, batch: list[tuple[str, str]]) -> int:
-    db.executemany("INSERT OR REPLACE INTO kept (path, md5) VALUES (?, ?)", batch)
+def _keep(db: sqlite3.Connection, batch: list[tuple[str, str, int]]) -> int:
+    db.executemany("INSERT OR REPLACE INTO kept (path, md5, written) VALUES (?, ?, ?)", batch)
     count = len(batch)
     batch.clear()
     return count

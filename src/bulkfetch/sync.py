@@ -11,7 +11,9 @@ pass lists the source again from its first page and, for each listed file presen
   stays as it is, same inode and mtime; a server with other ETags (nginx's mtime-size)
   answers 200 and the file is fetched again: right, only not minimal.
 
-A listed file missing from DEST, or without a recorded MD5, is fetched as usual. With
+A listed file missing from DEST, without a recorded MD5, or modified in DEST after its sums
+line was written (its mtime is later than its sums file's: edited by hand, so the recorded
+MD5 is no longer its own) is fetched as usual. With
 --delete, once a pass has listed the source to its end, the files under DEST that it did not
 list are removed, through directory descriptors, never following a symlink, never inside
 DEST/.bulkfetch, and the directories this leaves empty with them; --dry-run lists them and
@@ -68,7 +70,9 @@ class SyncIndex:
             self.db = sqlite3.connect(self.path, isolation_level=None)
             self.db.executescript(
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-                f"{KEPT_TABLE};"
+                # `kept` is rebuilt from the sums at every start (a version before its
+                # `written` column left a table without it)
+                f"DROP TABLE IF EXISTS kept; {KEPT_TABLE};"
                 "CREATE TABLE IF NOT EXISTS listed (path TEXT PRIMARY KEY) WITHOUT ROWID;"
                 # one row: the pass `listed` belongs to (the journal's pass_key(), NULL until
                 # its first page is listed); no row: `listed` belongs to no known pass
@@ -85,6 +89,7 @@ class SyncIndex:
         except sqlite3.Error as exc:
             raise BulkfetchError(f"cannot use the sync index {self.path}: {exc}") from None
         self.unchanged = 0  # files a listing showed equal to DEST's: not asked for
+        self.changed_here = 0  # files modified in DEST since stored: fetched whole again
 
     def note_pass(self, key: float | None) -> None:
         """The pass's first page was listed (at `key`, the journal's pass_key())."""
@@ -106,13 +111,15 @@ class SyncIndex:
     def local_path(self, name: str) -> str:
         return "/".join(local_parts(name, self.fanout))
 
-    def _md5s(self, paths: Sequence[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
+    def _kept(self, paths: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """path -> (its recorded MD5, when its sums line was written: sums.KEPT_TABLE)."""
+        found: dict[str, tuple[str, int]] = {}
         for start in range(0, len(paths), _BATCH):
             chunk = paths[start:start + _BATCH]
-            found.update(self.db.execute(
-                f"SELECT path, md5 FROM kept WHERE path IN ({','.join('?' * len(chunk))})",
-                chunk).fetchall())
+            for path, md5, written in self.db.execute(
+                    "SELECT path, md5, written FROM kept "
+                    f"WHERE path IN ({','.join('?' * len(chunk))})", chunk):
+                found[path] = (md5, written)
         return found
 
     def record_listed(self, names: Sequence[str]) -> list[str]:
@@ -126,11 +133,16 @@ class SyncIndex:
 
     def _size(self, path: str) -> int | None:
         """The size of DEST/`path` if it is a regular file (a symlink is not ours)."""
+        found = self._stat(path)
+        return found.st_size if found is not None else None
+
+    def _stat(self, path: str) -> os.stat_result | None:
+        """DEST/`path`'s status if it is a regular file (a symlink is not ours)."""
         try:
             found = os.lstat(self.dest / path)
         except OSError:
             return None
-        return found.st_size if stat.S_ISREG(found.st_mode) else None
+        return found if stat.S_ISREG(found.st_mode) else None
 
     def plan(self, items: Sequence[str], names: Sequence[str],
              sizes: Sequence[int] | None, md5s: Sequence[str] | None,
@@ -139,18 +151,22 @@ class SyncIndex:
         listing states them): the positions still to fetch and, for each of those, its
         request's extra header lines ("" for none). Records every name as listed."""
         paths = self.record_listed(names)
-        kept = self._md5s(paths)
+        kept = self._kept(paths)
         fetch: list[int] = []
         headers: list[str] = []
         for at, path in enumerate(paths):
-            md5 = kept.get(path)
-            size = self._size(path) if md5 is not None else None
-            if md5 is None or size is None:  # not in DEST, or nothing known of it
+            md5, written = kept.get(path, ("", 0))
+            found = self._stat(path) if md5 else None
+            if found is None or found.st_mtime_ns > written:
+                # not in DEST, nothing known of it, or changed in DEST since it was stored
+                # (modified after its sums line was written): the recorded MD5 is not its
+                if found is not None:
+                    self.changed_here += 1
                 fetch.append(at)
                 headers.append("")
                 continue
             if sizes is not None and md5s is not None and md5s[at] == md5 \
-                    and sizes[at] == size:
+                    and sizes[at] == found.st_size:
                 self.unchanged += 1  # the listing says it is the same file
                 continue
             fetch.append(at)

@@ -128,13 +128,17 @@ def test_sync_fetches_exactly_the_changed_and_new_files(filled: Path, tmp_path: 
     assert sorted((dest / ".bulkfetch" / "sums").iterdir()) == sums
 
 
-def test_a_locally_removed_file_is_fetched_again(filled: Path, tmp_path: Path) -> None:
+def test_a_file_removed_or_edited_in_dest_is_fetched_again(filled: Path,
+                                                            tmp_path: Path) -> None:
+    """A file edited in DEST after it was stored has a recorded MD5 that is no longer its
+    own: asked for with it, the server answered 304 and the edit stayed."""
     dest = copy_of(filled, tmp_path)
-    gone = sorted(md5s(FILES))[5]
+    gone, edited = sorted(md5s(FILES))[5:7]
     (dest / gone).unlink()
+    (dest / edited).write_bytes(b"edited by hand")
     with ReferenceServer(*PORT, *BASE, access_log=True) as server:
         proc, _ = get(server.url, dest, tmp_path / "r.json", "--sync")
-        assert file_gets(server).get(200) == {gone}
+        assert file_gets(server).get(200) == {gone, edited}
     assert proc.returncode == 0, proc.stderr
     assert_complete(dest, md5s(FILES))
 

@@ -28,6 +28,8 @@ def dest_with(tmp_path: Path, files: dict[str, bytes], sums: list[list[tuple[str
         path = dest.joinpath(*local_parts(name, fanout))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(body)
+        stored = time.time() - 1000  # stored before its sums line was written, as by the sink
+        os.utime(path, (stored, stored))
     for number, lines in enumerate(sums):  # older files first, as runs append them
         sums_file = dest / ".bulkfetch" / "sums" / f"w0-{number}.md5"
         sums_file.write_bytes(sum_lines([(md5, "/".join(local_parts(name, fanout)))
@@ -217,4 +219,18 @@ def test_a_dest_named_through_a_symlink_is_walked(tmp_path: Path) -> None:
     assert index.census() == (1, 2)
     assert index.delete_gone(dry_run=False) == 1
     assert sorted(p.name for p in real.iterdir()) == [".bulkfetch", "keep"]
+    index.close()
+
+
+def test_a_file_changed_in_dest_since_it_was_stored_is_fetched_whole(tmp_path: Path) -> None:
+    """Its recorded MD5 is no longer its own: asked for with it, the server would answer
+    304 and leave the edit in place. Modified after its sums line, it is fetched plain."""
+    dest = dest_with(tmp_path, {"a": b"1", "b": b"22"}, [[("a", MD5_A), ("b", MD5_B)]])
+    (dest / "b").write_bytes(b"edited")  # mtime now: after the sums line
+    index = SyncIndex(dest, 0, new_pass=True)
+    keep, headers = index.plan(["a", "b"], ["a", "b"], None, None)
+    assert keep == [0, 1] and headers == (f'If-None-Match: "{MD5_A}"', "")
+    # nor is a listing's equal size and MD5 taken for it
+    keep, headers = index.plan(["a", "b"], ["a", "b"], [1, 2], [MD5_A, MD5_B])
+    assert keep == [1] and headers == ("",) and index.changed_here == 2
     index.close()
