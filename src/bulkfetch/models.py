@@ -196,6 +196,7 @@ class Report:
     # MD5, or a 304), and files removed by --delete as no longer listed
     unchanged: int = 0
     deleted: int = 0
+    changed_in_dest: int = 0  # files modified in DEST since they were stored: fetched again
     started_at: float | None = None  # Unix time (time.time()) the run began
     finished_at: float | None = None  # Unix time the run ended
 

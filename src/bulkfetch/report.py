@@ -143,7 +143,9 @@ def summary_table(report: Report) -> Table:
         table.add_row("sync", Text(
             f"{report.unchanged:,} unchanged (not fetched again) · {report.deleted:,} "
             + ("removed as no longer listed" if sync.get("delete")  # type: ignore[union-attr]
-               else "removed (no --delete)")))
+               else "removed (no --delete)")
+            + (f" · {report.changed_in_dest:,} modified in DEST since stored (fetched again)"
+               if report.changed_in_dest else "")))
     stored = Text(f"{decimal(report.bytes)} ({report.bytes:,} bytes)")
     if report.continued_bytes:
         stored.append(f" ({decimal(report.continued_bytes)} of it already in partial files "
@@ -286,6 +288,7 @@ def report_dict(report: Report) -> dict[str, object]:
         "pages": report.pages,
         "pages_reassigned": report.pages_reassigned,
         "unchanged": report.unchanged,
+        "changed_in_dest": report.changed_in_dest,
         "deleted": report.deleted,
         "workers": [dict(worker, lost=None if worker.get("lost") is None
                          else redact_text(str(worker["lost"]))) for worker in report.workers],

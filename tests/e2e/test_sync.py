@@ -137,9 +137,10 @@ def test_a_file_removed_or_edited_in_dest_is_fetched_again(filled: Path,
     (dest / gone).unlink()
     (dest / edited).write_bytes(b"edited by hand")
     with ReferenceServer(*PORT, *BASE, access_log=True) as server:
-        proc, _ = get(server.url, dest, tmp_path / "r.json", "--sync")
+        proc, report = get(server.url, dest, tmp_path / "r.json", "--sync")
         assert file_gets(server).get(200) == {gone, edited}
     assert proc.returncode == 0, proc.stderr
+    assert report["changed_in_dest"] == 1
     assert_complete(dest, md5s(FILES))
 
 
