@@ -41,6 +41,8 @@ __all__ = [
 
 MAX_REPORT_FAILURES = 1000  # failures listed in the JSON report
 SUMMARY_FAILURES = 10  # failures listed on the terminal
+
+
 def _stored_of_unfinished_pages(report: Report, syncing: bool) -> int:
     """Files a stopped run stored whose pages were not done: the live display counted
     them, the journal (files_ok) does not until their whole page is."""
