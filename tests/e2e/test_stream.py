@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import subprocess
+import sys
 import time
 
 import pytest
@@ -78,6 +80,23 @@ def test_stopping_early_ends_the_workers(server) -> None:  # type: ignore[no-unt
     assert len(taken) == 10
     files.close()
     assert no_workers_left()
+
+
+def test_a_program_that_stops_early_exits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Pages listed ahead, more than the pipe to the workers holds, when the caller stops:
+    the program used to hang at exit, joining the feeder of the pages queue."""
+    from bulkfetch.testing import ReferenceServer
+
+    program = tmp_path / "early.py"
+    program.write_text(
+        "import sys, bulkfetch\n"
+        "files = bulkfetch.stream(sys.argv[1], workers=2, concurrency=1)\n"
+        "print(len([name for name, _ in zip(range(10), files)]))\n"
+        "files.close()\n")
+    with ReferenceServer("--files", "40000", "--page-size", "1000") as many:
+        done = subprocess.run([sys.executable, str(program), many.url], capture_output=True,
+                              text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "10\n", done.stderr[-2000:]
 
 
 def test_a_slow_reader_holds_the_workers_back(server) -> None:  # type: ignore[no-untyped-def]
