@@ -1,5 +1,7 @@
 """One error tree for everything bulkfetch raises on purpose."""
 
+import errno
+
 
 class BulkfetchError(Exception):
     """Base of every error bulkfetch raises deliberately."""
@@ -32,6 +34,11 @@ class JournalCorrupt(UsageError):
 
 class NoJournal(UsageError):
     """`bulkfetch status DEST`: DEST has no journal."""
+
+
+# What an OSError says when the path itself cannot be written (read-only storage,
+# permissions, a file where a directory must be): a rerun fails the same way.
+NOT_WRITABLE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR})
 
 
 class DestNotWritable(UsageError):

@@ -22,7 +22,6 @@ contain NUL or lone surrogates, so hostile names round-trip exactly. The first p
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import sqlite3
@@ -34,6 +33,7 @@ from typing import Any, Literal
 
 from bulkfetch.dest_lock import LOCK_NAME, lock_dest, unlock_dest
 from bulkfetch.errors import (
+    NOT_WRITABLE_ERRNOS,
     DestNotWritable,
     JournalCorrupt,
     JournalIOError,
@@ -42,9 +42,6 @@ from bulkfetch.errors import (
 )
 from bulkfetch.models import Failure, PageReport
 from bulkfetch.redact import redact_text, redact_value
-
-# what makes DEST unusable until the user acts: a rerun would fail the same way
-_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR})
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x62664A31  # "bfJ1": marks the file as a bulkfetch journal
@@ -261,7 +258,7 @@ class Journal:
             state.mkdir(exist_ok=True)
             lock_fd = lock_dest(dest, state / LOCK_NAME)
         except OSError as exc:
-            if exc.errno in _NOT_WRITABLE:
+            if exc.errno in NOT_WRITABLE_ERRNOS:
                 where = exc.filename if exc.filename is not None else state
                 raise DestNotWritable(
                     f"cannot write to DEST {dest}: {exc.strerror} ({where}): choose a DEST "

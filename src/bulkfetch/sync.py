@@ -204,12 +204,16 @@ class SyncIndex:
         return ((dir_fd, entry, path) for dir_fd, entry, path, gone in self._entries()
                 if gone)
 
-    def census(self) -> tuple[int, int]:
-        """(files gone, files DEST holds outside DEST/.bulkfetch)."""
+    def census(self, each: Callable[[str], None] | None = None) -> tuple[int, int]:
+        """(files gone, files DEST holds outside DEST/.bulkfetch), in one walk; `each` is
+        told the path of every file gone (what --dry-run prints)."""
         gone = held = 0
-        for _, _, _, is_gone in self._entries():
+        for _, _, path, is_gone in self._entries():
             held += 1
-            gone += is_gone
+            if is_gone:
+                gone += 1
+                if each is not None:
+                    each(path)
         return gone, held
 
     def _judged(self, path: str) -> bool:
@@ -229,13 +233,15 @@ class SyncIndex:
                 chunk))
         return found
 
-    def refusal(self, limit: DeleteLimit | None) -> str | None:
+    def refusal(self, limit: DeleteLimit | None,
+                counted: tuple[int, int] | None = None) -> str | None:
         """Why --delete must remove nothing at all this pass (None: it may go on): the
-        listing held no file, or it would remove more than --max-delete allows."""
+        listing held no file, or it would remove more than --max-delete allows. `counted`:
+        census() already taken (else it is taken here, when a reason needs it)."""
         empty = self.db.execute("SELECT 1 FROM listed LIMIT 1").fetchone() is None
         if not empty and limit is None:
             return None
-        gone, held = self.census()
+        gone, held = counted if counted is not None else self.census()
         if not gone:
             return None
         if empty:
@@ -251,29 +257,25 @@ class SyncIndex:
                     "the source really no longer has them)")
         return None
 
-    def delete_gone(self, dry_run: bool, each: Callable[[str], None] | None = None,
-                    limit: DeleteLimit | None = None) -> int:
-        """Remove (or with `dry_run`, only name) the files the pass did not list: `each`
-        is told every path under DEST; returns how many. A directory the removals leave
-        empty goes too. Raises UsageError, removing nothing, when refusal() says why."""
-        if not dry_run and (why := self.refusal(limit)) is not None:
+    def delete_gone(self, limit: DeleteLimit | None = None) -> int:
+        """Remove the files the pass did not list (census() names them without removing);
+        returns how many. A directory the removals leave empty goes too. Raises
+        UsageError, removing nothing, when refusal() says why."""
+        if (why := self.refusal(limit)) is not None:
             raise UsageError(why)
         removed = 0
         emptied: set[str] = set()
         for dir_fd, entry, path in self.gone():
-            if not dry_run:
-                try:
-                    os.unlink(entry, dir_fd=dir_fd)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    raise BulkfetchError(f"cannot remove {self.dest / path}: "
-                                         f"{exc.strerror}") from None
-                self.db.execute("INSERT OR IGNORE INTO removed (path) VALUES (?)", (path,))
-                emptied.add(path.rpartition("/")[0])
+            try:
+                os.unlink(entry, dir_fd=dir_fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise BulkfetchError(f"cannot remove {self.dest / path}: "
+                                     f"{exc.strerror}") from None
+            self.db.execute("INSERT OR IGNORE INTO removed (path) VALUES (?)", (path,))
+            emptied.add(path.rpartition("/")[0])
             removed += 1
-            if each is not None:
-                each(path)
         emptied.discard("")
         if emptied:
             remove_emptied(self.dest, emptied)
@@ -388,9 +390,9 @@ def dry_run(options: GetOptions, show: Callable[[str], None]
                 for path in index.record_listed(names):
                     listed += 1
                     missing += index._size(path) is None
-            gone = index.delete_gone(dry_run=True, each=show)
-            refusal = index.refusal(options.sync.max_delete)
+            counted = index.census(each=show)
+            refusal = index.refusal(options.sync.max_delete, counted)
         finally:
             lister.stop()
             index.close()
-    return listed, missing, gone, refusal
+    return listed, missing, counted[0], refusal

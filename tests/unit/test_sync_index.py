@@ -72,10 +72,10 @@ def test_what_the_pass_did_not_list_is_gone_and_removed_through_dir_fds(
     local = {name: "/".join(local_parts(name, 1)) for name in names}
     assert gone == sorted([local["dir/old"], local["old"], "ab/to-outside"])
     shown: list[str] = []
-    assert index.delete_gone(dry_run=True, each=shown.append) == 3
+    assert index.census(each=shown.append) == (3, 5)
     assert sorted(shown) == gone and all((dest / path).is_symlink() or (dest / path).exists()
                                          for path in gone)
-    assert index.delete_gone(dry_run=False) == 3
+    assert index.delete_gone() == 3
     assert not any(os.path.lexists(dest / path) for path in gone)
     assert (outside / "precious").read_text() == "x"
     assert (dest / local["keep"]).exists() and (dest / ".bulkfetch" / "sums").is_dir()
@@ -106,7 +106,7 @@ def test_a_pass_that_changed_dest_leaves_one_sums_line_per_file_it_holds(
     index.plan(["a", "b"], ["a", "b"], None, None)
     # the pass fetched "a" again (a worker appended its new line) and "old" is gone
     (dest / ".bulkfetch" / "sums" / "w1-9.md5").write_bytes(sum_lines([(MD5_A, "a")]))
-    assert index.delete_gone(dry_run=False) == 1
+    assert index.delete_gone() == 1
     assert index.compact_sums() is True
     sums = list((dest / ".bulkfetch" / "sums").iterdir())
     assert len(sums) == 1 and sums[0].name.startswith("sums-")
@@ -157,7 +157,7 @@ def test_removals_take_the_directories_they_empty_and_no_other(tmp_path: Path) -
     (dest / "d" / "link").symlink_to(outside)  # removed as an entry; its target untouched
     index = SyncIndex(dest, 0, new_pass=True)
     index.plan(["c/keep"], ["c/keep"], None, None)
-    assert index.delete_gone(dry_run=False) == 5
+    assert index.delete_gone() == 5
     left = sorted(str(p.relative_to(dest)) for p in dest.rglob("*")
                   if ".bulkfetch" not in p.parts)
     assert left == ["c", "c/keep", "users-empty"]  # a/b, then a, and d went with their files
@@ -165,11 +165,11 @@ def test_removals_take_the_directories_they_empty_and_no_other(tmp_path: Path) -
     index.close()
 
 
-def test_a_dry_run_removes_no_directory(tmp_path: Path) -> None:
+def test_a_census_removes_nothing(tmp_path: Path) -> None:
     dest = dest_with(tmp_path, {"a/old": b"o"}, [])
     index = SyncIndex(dest, 0, new_pass=True)
     index.plan(["x"], ["x"], None, None)
-    assert index.delete_gone(dry_run=True) == 1
+    assert index.census() == (1, 1)  # what --dry-run counts and names
     assert (dest / "a" / "old").exists()
     index.close()
 
@@ -187,10 +187,10 @@ def test_max_delete_refuses_a_pass_that_would_remove_more_removing_nothing(
     if refused:
         with pytest.raises(UsageError, match=rf"would remove 3 of the 4 files in DEST \(75%\), "
                                              rf"more than --max-delete {limit} allows"):
-            index.delete_gone(dry_run=False, limit=DeleteLimit.parse(limit))
+            index.delete_gone(limit=DeleteLimit.parse(limit))
         assert sorted(p.name for p in dest.iterdir()) == [".bulkfetch", *sorted(names)]
     else:
-        assert index.delete_gone(dry_run=False, limit=DeleteLimit.parse(limit)) == 3
+        assert index.delete_gone(limit=DeleteLimit.parse(limit)) == 3
         assert sorted(p.name for p in dest.iterdir()) == [".bulkfetch", "f0"]
     index.close()
 
@@ -217,7 +217,7 @@ def test_a_dest_named_through_a_symlink_is_walked(tmp_path: Path) -> None:
     index.plan(["keep"], ["keep"], None, None)
     assert [path for _, _, path in index.gone()] == ["sub/old"]
     assert index.census() == (1, 2)
-    assert index.delete_gone(dry_run=False) == 1
+    assert index.delete_gone() == 1
     assert sorted(p.name for p in real.iterdir()) == [".bulkfetch", "keep"]
     index.close()
 

@@ -61,7 +61,7 @@ def _after_sync(options: GetOptions, sync: SyncIndex, report: Report) -> Report:
     try:
         if options.sync.delete:
             report = dataclasses.replace(report, deleted=sync.delete_gone(
-                dry_run=False, limit=options.sync.max_delete))
+                limit=options.sync.max_delete))
         sync.compact_sums()
     except BulkfetchError as exc:  # (a UsageError: what only the user can settle, exit 2)
         return dataclasses.replace(report, error=str(exc),

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from bulkfetch.errors import UsageError
+from bulkfetch.errors import NOT_WRITABLE_ERRNOS, UsageError
 
 MAX_RPS = 10_000_000  # as server.limits.MAX_RPS (not imported: the server loads when it runs)
 MAX_EPOCH = 1000  # as server.dataset.MAX_EPOCH, for the same reason
@@ -308,7 +308,7 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
         except OSError as exc:
             message = (f"--export-static {export_static}: cannot write "
                        f"{exc.filename or export_static}: {exc.strerror or exc}")
-            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR):
+            if exc.errno in NOT_WRITABLE_ERRNOS:
                 raise click.UsageError(message + ": choose a directory you can write to") \
                     from None
             raise click.ClickException(message) from None  # (a full disk: exit 1)
