@@ -20,14 +20,13 @@ from bulkfetch.server.app import App, Response
 from bulkfetch.server.command import SHAPE_CHOICES, serve
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.faults import Fault, FaultConfig
+from bulkfetch.server.gates import BearerGate, FileRedirect
 from bulkfetch.server.options import ServeOptions, build_app
 from bulkfetch.server.shapes import (
     GCS_BUCKET,
     HF_REPO,
     LISTING_PATHS,
     SHAPES,
-    BearerGate,
-    FileRedirect,
     ShapeApp,
     git_blob_id,
     lfs_pointer,

@@ -139,7 +139,8 @@ class ServeOptions:
         self._check_shape()
 
     def _check_shape(self) -> None:
-        from bulkfetch.server.shapes import SHAPES, check_bearer_token, check_origin
+        from bulkfetch.server.gates import check_bearer_token, check_origin
+        from bulkfetch.server.shapes import SHAPES
 
         if self.shape not in SHAPES:
             raise UsageError(f"--shape {self.shape!r}: choose from {', '.join(SHAPES)}")
@@ -243,7 +244,8 @@ def _shaped(options: ServeOptions, app: App) -> Handler:
     """The handler for --shape, --require-bearer and --redirect-files-to, chosen once at
     start-up: the bearer check first (a 401 before anything else), then the redirect of
     file GETs, then the shape's routes (or the seed API's)."""
-    from bulkfetch.server.shapes import SHAPE_APPS, BearerGate, FileRedirect, seed_file_target
+    from bulkfetch.server.gates import BearerGate, FileRedirect, seed_file_target
+    from bulkfetch.server.shapes import SHAPE_APPS
 
     handler: Handler = app
     is_file = seed_file_target
