@@ -24,13 +24,11 @@ from bulkfetch.engine.coordinator_side import LATENCY_SLOTS, CoordinatorSide
 from bulkfetch.engine.curl import (
     RETRYABLE_CURL_ERRORS,
     TLS_FATAL_ERRORS,
-    FatalTransferError,
     error_code,
     header_value,
     new_handle,
     retry_after_seconds,
     retryable_status,
-    tls_failure,
 )
 from bulkfetch.engine.digests import (
     BY_DIGEST,
@@ -45,6 +43,7 @@ from bulkfetch.engine.host_windows import HostWindows
 from bulkfetch.engine.hosts import HostGate, host_of
 from bulkfetch.engine.redirects import REDIRECT_STATUSES
 from bulkfetch.engine.request_headers import RequestHeaders
+from bulkfetch.engine.retrying import Retrying
 from bulkfetch.engine.sized import sized_streams
 from bulkfetch.engine.stated import SHA256, stated_md5, unlike_listing
 from bulkfetch.models import Failure, Page, PageReport
@@ -99,7 +98,7 @@ HIGH_FD_WAIT_S = 0.005
 _MD5_MISMATCH = "MD5 of the body does not match the server's ETag/Content-MD5"
 
 
-class Fetcher(RequestHeaders, CoordinatorSide):
+class Fetcher(RequestHeaders, CoordinatorSide, Retrying):
     def __init__(self, options: GetOptions, source: Source, sink: Sink, worker: int = 0,
                  rng: random.Random | None = None) -> None:
         self.options = options
@@ -570,23 +569,6 @@ class Fetcher(RequestHeaders, CoordinatorSide):
         self.free.append(handle)
         self._retry_or_fail(transfer, reason, retryable, retry_after)
 
-    def _congested(self, url: str, told_to_wait: bool = False) -> None:
-        """The server of `url` wants less: its host's controller, once there is one per
-        host (then the others keep theirs), else the worker's."""
-        if self.windows is not None:
-            self.windows.congested(host_of(url), told_to_wait)
-        else:
-            self.controller.congested(told_to_wait=told_to_wait)  # type: ignore[union-attr]
-
-    def _tls_fatal(self, handle: pycurl.Curl, code: int, message: str) -> FatalTransferError:
-        """The error that stops the run on a certificate libcurl refused: every other file
-        from that host would fail the same way, so none is failed (its page stays not done;
-        the rerun, once the certificate is trusted, fetches it)."""
-        name, url = self.transfer_of[handle][1:3]
-        url = handle.getinfo(pycurl.EFFECTIVE_URL) or url  # a redirect's target, if one
-        return FatalTransferError(
-            f"fetching {name!r}: {tls_failure(code, message, url, self.options.tls)}")
-
     def pin_of(self, transfer: tuple[Any, ...]) -> Pinned | None:
         """What the source vouches for of the file `transfer` fetches: its own pin (a
         registry blob's descriptor), else its page's listed size and MD5, else None."""
@@ -612,45 +594,9 @@ class Fetcher(RequestHeaders, CoordinatorSide):
             return f"body of {len(body)} bytes, Content-Length {int(announced)}"
         return None
 
-    def _retry_or_fail(self, transfer: _Transfer, reason: str, retryable: bool,
-                       retry_after: float | None, big: bool = False) -> None:
-        state, name, url, attempt = transfer
-        if retryable and attempt <= self.policy.retries:
-            if self.hops and name in self.hops.get(state, ()):  # from the listed URL again
-                url = self.hops[state].pop(name)[0]
-            self._retry_later((state, name, url, attempt + 1), attempt, retry_after, big)
-        else:
-            self._fail(state, name, reason, attempt, url, in_gate=not big)
-
-    def _retry_later(self, transfer: tuple[object, ...], attempt: int,
-                     retry_after: float | None, big: bool) -> None:
-        """Queue `transfer` (the next attempt) after the backoff for retry `attempt`."""
-        delay = self.policy.delay(attempt, retry_after, self.rng)
-        if self.gate is not None and not big:
-            self.gate.ended(str(transfer[2]))
-        if retry_after:  # the server asked to be left alone: the whole host, not one file
-            if self.gate is None:
-                self.gate = HostGate()
-            self.gate.pause(str(transfer[2]), delay)
-        self.retries += 1
-        heapq.heappush(self.waiting, (time.monotonic() + delay, next(self.order), transfer, big))
-
     def _stored(self, state: _PageState, size: int) -> None:
         """A file of `size` bytes of the page `state` is in the sink."""
         state.bytes += size
-        state.remaining -= 1
-        if state.remaining == 0:
-            self._page_finished(state)
-
-    def _fail(self, state: _PageState, name: str, reason: str, attempts: int,
-              url: str = "", in_gate: bool = True) -> None:
-        """`in_gate` False: the host gate does not count the transfer as a small one in
-        flight (a big body's, or one it was told had ended)."""
-        state.failures.append(Failure(name, reason, attempts, url))
-        if self.gate is not None and url and attempts and in_gate:  # 0: it never started
-            self.gate.ended(url)
-        self.sink.skip(state.page.seq, name)
-        self.files_failed += 1
         state.remaining -= 1
         if state.remaining == 0:
             self._page_finished(state)
