@@ -97,9 +97,15 @@ def gzip_bomb() -> tuple[bytes, str]:
     return body, '"' + hashlib.md5(body).hexdigest() + '"'
 
 
+def json_response(status: int, value: object, content_type: str = JSON,
+                  extra: list[tuple[str, str]] | None = None) -> Response:
+    """`value` as compact JSON (ASCII, one line) with its Content-Type and `extra` headers."""
+    body = json.dumps(value, separators=(",", ":")).encode("ascii") + b"\n"
+    return Response(status, [("Content-Type", content_type), *(extra or [])], body)
+
+
 def _error(status: int, message: str, extra: list[tuple[str, str]] | None = None) -> Response:
-    body = json.dumps({"error": message}, separators=(",", ":")).encode() + b"\n"
-    return Response(status, [("Content-Type", JSON), *(extra or [])], body)
+    return json_response(status, {"error": message}, extra=extra)
 
 
 def _parse_http_date(value: str) -> float | None:

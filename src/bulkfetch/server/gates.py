@@ -5,19 +5,13 @@ of their values. No sockets here."""
 from __future__ import annotations
 
 import hmac
-import json
 import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from bulkfetch.server.app import JSON, Response
+from bulkfetch.server.app import Response, json_response
 from bulkfetch.server.faults import Fault
 from bulkfetch.server.http import Handler
-
-
-def _json(status: int, value: object, extra: list[tuple[str, str]]) -> Response:
-    body = json.dumps(value, separators=(",", ":")).encode("ascii") + b"\n"
-    return Response(status, [("Content-Type", JSON), *extra], body)
 
 
 def seed_file_target(target: str) -> bool:
@@ -38,8 +32,8 @@ class FileRedirect:
 
     def handle(self, method: str, target: str, headers: dict[str, str]) -> Response:
         if method in ("GET", "HEAD") and self.is_file(target):
-            return _json(302, {"error": "moved to another host (--redirect-files-to)"},
-                         [("Location", self.origin + target)])
+            return json_response(302, {"error": "moved to another host (--redirect-files-to)"},
+                                 extra=[("Location", self.origin + target)])
         return self.inner.handle(method, target, headers)
 
     def refuse(self, fault: Fault, target: str) -> Response:
@@ -69,10 +63,10 @@ class BearerGate:
                 return self.inner.handle(method, target, headers)
             challenge = (f'{BEARER_REALM}, error="invalid_token", '
                          'error_description="the access token is not valid"')
-            return _json(401, {"error": "the bearer token is not valid"},
-                         [("WWW-Authenticate", challenge)])
-        return _json(401, {"error": "this server needs 'Authorization: Bearer TOKEN'"},
-                     [("WWW-Authenticate", BEARER_REALM)])
+            return json_response(401, {"error": "the bearer token is not valid"},
+                                 extra=[("WWW-Authenticate", challenge)])
+        return json_response(401, {"error": "this server needs 'Authorization: Bearer TOKEN'"},
+                             extra=[("WWW-Authenticate", BEARER_REALM)])
 
     def refuse(self, fault: Fault, target: str) -> Response:
         return self.inner.refuse(fault, target)

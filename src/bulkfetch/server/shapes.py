@@ -88,14 +88,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
-from bulkfetch.server.app import JSON, App, Response
+from bulkfetch.server.app import App, Response, json_response
 from bulkfetch.server.dataset import DataSet, SyntheticDataSet, SyntheticNames, every_name
 from bulkfetch.server.faults import Fault
 from bulkfetch.server.s3list import Stale
@@ -168,12 +167,6 @@ def _positive(text: str | None) -> int | None:
     return value if value >= 1 else None
 
 
-def _json(status: int, value: object, content_type: str = JSON,
-          extra: list[tuple[str, str]] | None = None) -> Response:
-    body = json.dumps(value, separators=(",", ":")).encode("ascii") + b"\n"
-    return Response(status, [("Content-Type", content_type), *(extra or [])], body)
-
-
 class ShapeApp:
     """One shape's routes over a seed App (whose data set, faults and file answers it
     shares); subclasses route and render."""
@@ -222,7 +215,7 @@ class ShapeApp:
 
     def error(self, status: int, message: str,
               extra: list[tuple[str, str]] | None = None) -> Response:
-        return _json(status, {"error": message}, extra=extra)
+        return json_response(status, {"error": message}, extra=extra)
 
     def origin(self, headers: dict[str, str]) -> str:
         """http://HOST[:PORT] as the client named this server: absolute URLs in listings
@@ -292,7 +285,7 @@ class GcsApp(ShapeApp):
               extra: list[tuple[str, str]] | None = None) -> Response:
         reason = {400: "invalid", 401: "required", 404: "notFound",
                   405: "methodNotAllowed"}.get(status, "backendError")
-        return _json(status, {"error": {"code": status, "message": message, "errors": [
+        return json_response(status, {"error": {"code": status, "message": message, "errors": [
             {"message": message, "domain": "global", "reason": reason}]}},
             self.CONTENT_TYPE, extra)
 
@@ -343,14 +336,14 @@ class GcsApp(ShapeApp):
         items = [self._resource(item, origin) for item in self.stated(start, start + limit)]
         if items:  # GCS leaves "items" out of an empty page
             page["items"] = items
-        return _json(200, page, self.CONTENT_TYPE)
+        return json_response(200, page, self.CONTENT_TYPE)
 
     def _object(self, quoted: str, headers: dict[str, str]) -> Response:
         name = unquote(quoted, errors="surrogateescape")
         item = self.state(name)
         if item is None:
             return self.error(404, f"No such object: {GCS_BUCKET}/{name}")
-        return _json(200, self._resource(item, self.origin(headers)), self.CONTENT_TYPE)
+        return json_response(200, self._resource(item, self.origin(headers)), self.CONTENT_TYPE)
 
     @staticmethod
     def _resource(item: Stated, origin: str) -> dict[str, object]:
@@ -392,7 +385,7 @@ class LinkApp(ShapeApp):
 
     def error(self, status: int, message: str,
               extra: list[tuple[str, str]] | None = None) -> Response:
-        return _json(status, {"message": message}, self.CONTENT_TYPE, extra)
+        return json_response(status, {"message": message}, self.CONTENT_TYPE, extra)
 
     def route(self, method: str, target: str, headers: dict[str, str]) -> Response:
         path, _, query = target.partition("?")
@@ -435,7 +428,7 @@ class LinkApp(ShapeApp):
                  ("X-Prev-Page", str(number - 1) if number > 1 else "")]
         if links:
             extra.insert(0, ("Link", ", ".join(links)))
-        return _json(200, items, self.CONTENT_TYPE, extra)
+        return json_response(200, items, self.CONTENT_TYPE, extra)
 
     def _item(self, item: Stated, position: int, origin: str) -> dict[str, object]:
         url = f"{origin}{self._RAW}{_quoted(item.name, safe='/')}"
@@ -479,7 +472,7 @@ class DrfApp(ShapeApp):
 
     def error(self, status: int, message: str,
               extra: list[tuple[str, str]] | None = None) -> Response:
-        return _json(status, {"detail": message}, extra=extra)
+        return json_response(status, {"detail": message}, extra=extra)
 
     def route(self, method: str, target: str, headers: dict[str, str]) -> Response:
         path, mark, query = target.partition("?")
@@ -487,8 +480,8 @@ class DrfApp(ShapeApp):
             return self.list_page(method, target, headers,
                                   lambda: self._list(query, self.origin(headers)))
         if path == self._LIST.rstrip("/"):  # Django's APPEND_SLASH: a relative 301
-            return _json(301, {"detail": "Moved Permanently"},
-                         extra=[("Location", f"{self._LIST}{mark}{query}")])
+            return json_response(301, {"detail": "Moved Permanently"},
+                                 extra=[("Location", f"{self._LIST}{mark}{query}")])
         if path.startswith(self._MEDIA) and len(path) > len(self._MEDIA):
             return self.file(path[len(self._MEDIA):], method, target, headers)
         return self.error(404, "Not found.")
@@ -541,8 +534,8 @@ class DrfApp(ShapeApp):
         results = [{"name": item.name, "size": item.size, "md5": item.md5.hex(),
                     "url": f"{origin}{self._MEDIA}{_quoted(item.name, safe='/')}"}
                    for item in self.stated(start, stop)]
-        return _json(200, {"count": total, "next": following, "previous": previous,
-                           "results": results})
+        return json_response(200, {"count": total, "next": following, "previous": previous,
+                                   "results": results})
 
 
 # -- hf-tree -----------------------------------------------------------------------------
@@ -570,7 +563,7 @@ class HfTreeApp(ShapeApp):
 
     def error(self, status: int, message: str,
               extra: list[tuple[str, str]] | None = None) -> Response:
-        return _json(status, {"error": message}, self.CONTENT_TYPE, extra)
+        return json_response(status, {"error": message}, self.CONTENT_TYPE, extra)
 
     def _hub_error(self, status: int, message: str, code: str) -> Response:
         return self.error(status, message, [("X-Error-Code", code)])
@@ -624,7 +617,7 @@ class HfTreeApp(ShapeApp):
             next_query = urlencode([*kept, ("cursor", following)])
             extra.append(("Link", f"<{origin}/api/{kind}/{HF_REPO}/tree/{HF_REVISION}"
                                   f"?{next_query}>; rel=\"next\""))
-        return _json(200, items, self.CONTENT_TYPE, extra)
+        return json_response(200, items, self.CONTENT_TYPE, extra)
 
     @staticmethod
     def _item(item: Stated) -> dict[str, object]:
