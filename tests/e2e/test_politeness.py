@@ -184,8 +184,9 @@ def test_a_new_share_leaves_held_bodies_held(reference_server) -> None:
     """libcurl takes a new receive cap on a paused transfer as leave to go on. When the
     coordinator moved a worker's share while a debt held its bodies, they went on at full
     speed: 4 files of 4 MiB through stream() at 4m came in 1.9 s about one run in three.
-    BigPacing.cap() sets every cap and keeps the held ones held. Real libcurl, a body of
-    8 MiB paused after its first bytes, then a new cap: nothing more may come."""
+    BigPacing.hold_again() pauses the held ones again. Real libcurl, a body of 8 MiB
+    paused after its first bytes, then a new cap as set_rate_share() sets it: nothing more
+    may come."""
     import time
 
     from bulkfetch.engine.hosts import HostGate
@@ -212,7 +213,8 @@ def test_a_new_share_leaves_held_bodies_held(reference_server) -> None:
     pacing.held.add(handle)
     held_at = came[0]
     assert 0 < held_at < 8 << 20
-    pacing.cap([handle], 2 << 20)  # the worker's share moved
+    handle.setopt(pycurl.MAX_RECV_SPEED_LARGE, 2 << 20)  # the worker's share moved
+    pacing.hold_again()
     until = time.monotonic() + 1.0
     while time.monotonic() < until:
         multi.perform()

@@ -63,12 +63,10 @@ class CoordinatorSide:
             return
         gate.set_byte_rate(new)
         self.handle_rate = max(1, int(new))
-        # (between turns of the multi: no callback runs now)
-        if self.big.pacing is not None:  # (held bodies stay held)
-            self.big.pacing.cap(self.handles, self.handle_rate)
-        else:
-            for handle in self.handles:
-                handle.setopt(pycurl.MAX_RECV_SPEED_LARGE, self.handle_rate)
+        for handle in self.handles:  # (between turns of the multi: no callback runs now)
+            handle.setopt(pycurl.MAX_RECV_SPEED_LARGE, self.handle_rate)
+        if self.big.pacing is not None:
+            self.big.pacing.hold_again()
 
     def _count_hosts(self) -> None:
         """Transfers in flight by host and, under --concurrency auto, their limits."""

@@ -54,13 +54,10 @@ class BigPacing:
                 handle.pause(pycurl.PAUSE_RECV)
                 self.held.add(handle)
 
-    def cap(self, handles: Iterable[Any], rate: int) -> None:
-        """Every handle's receive cap (libcurl's) to `rate`, the worker's new share. libcurl
-        (8.23) takes a new cap on a paused transfer as leave to go on: the held ones are
-        paused again before the multi runs (else a share that moved let the bodies a debt
-        held go at full speed, and one run of 16 MiB at --limit-rate 4m took 1.9 s)."""
-        for handle in handles:
-            handle.setopt(pycurl.MAX_RECV_SPEED_LARGE, rate)
+    def hold_again(self) -> None:
+        """Pause the held transfers again after their receive cap (libcurl's) was set: libcurl
+        (8.23) takes a new cap on a paused transfer as leave to go on, so a share that moved
+        let the bodies a debt held go at full speed (16 MiB at --limit-rate 4m in 1.9 s)."""
         for handle in self.held:
             handle.pause(pycurl.PAUSE_RECV)
 
