@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pycurl
 import pytest
 from getkit import assert_complete, expected_files, stored_files
+
+from bulkfetch.engine.hosts import HostGate
+from bulkfetch.engine.pacing import BigPacing
 
 
 def bulkfetch(*args: str) -> subprocess.CompletedProcess[str]:
@@ -187,11 +191,6 @@ def test_a_new_share_leaves_held_bodies_held(reference_server) -> None:
     BigPacing.hold_again() pauses the held ones again. Real libcurl, a body of 8 MiB
     paused after its first bytes, then a new cap as set_rate_share() sets it: nothing more
     may come."""
-    import time
-
-    from bulkfetch.engine.hosts import HostGate
-    from bulkfetch.engine.pacing import BigPacing
-
     server = reference_server("--files", "1", "--file-size", "8m")
     came = [0]
 
