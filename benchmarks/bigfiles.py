@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bulkfetch.bench.stats import verdict
-from bulkfetch.server.sizes import parse_bytes
+from bulkfetch.util.sizes import parse_bytes
 from harness import (
     Measured,
     bulkfetch_command,

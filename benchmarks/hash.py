@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bulkfetch.bench.machine import cpu_model, describe, memory_gb, slug
-from bulkfetch.server.sizes import parse_bytes
+from bulkfetch.util.sizes import parse_bytes
 from harness import Measured, bulkfetch_command, log, run_measured, verdict
 
 HERE = Path(__file__).resolve().parent

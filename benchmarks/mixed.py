@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bigfiles import MIB, md5_of
 from bulkfetch.server.dataset import SyntheticDataSet, SyntheticEntry
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 from harness import bulkfetch_command, log, run_measured, start_reference
 
 FAULTS = ["--fail-rate", "0.02", "--truncate-rate", "0.01", "--corrupt-rate", "0.01",

@@ -44,8 +44,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bulkfetch.server.sizes import parse_bytes
 from bulkfetch.testing import LoggedRequest
+from bulkfetch.util.sizes import parse_bytes
 from harness import bulkfetch_command, log, pinning, run_measured, start_reference
 
 WINDOW = 10.0  # seconds
@@ -212,7 +212,7 @@ def overall_table(title: str, runs: list[Run], target: float, what: str) -> str:
 def files_for(spec: str, seed: int, total: float) -> tuple[int, int]:
     """(files, bytes): the fewest files of the `spec` data set with at least `total` bytes."""
     from bulkfetch.server.dataset import SyntheticDataSet
-    from bulkfetch.server.sizes import parse_size_spec
+    from bulkfetch.util.sizes import parse_size_spec
 
     sizes = SyntheticDataSet(10**7, 1000, seed, parse_size_spec(spec))
     files = have = 0

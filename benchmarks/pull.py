@@ -41,8 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bulkfetch.server.sizes import parse_bytes
-from bulkfetch.testing_oci import BlobHost, LayerSpec, Registry, build_image, build_index, push
+from bulkfetch.testing.registry import BlobHost, LayerSpec, Registry, build_image, build_index, push
+from bulkfetch.util.sizes import parse_bytes
 from harness import Measured, bulkfetch_command, log, run_measured
 
 MB = 1_000_000

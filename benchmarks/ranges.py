@@ -40,7 +40,7 @@ import urllib.request
 from pathlib import Path
 
 from bigfiles import MIB, Row, md5_of
-from bulkfetch.server.sizes import parse_bytes
+from bulkfetch.util.sizes import parse_bytes
 from harness import (
     bulkfetch_command,
     log,

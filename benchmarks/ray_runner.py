@@ -184,7 +184,7 @@ def list_latency(url: str, pages: int) -> float:
 def journal_rate(work: Path, pages: int = 5000) -> float:
     """Pages per second the journal takes alone: each journaled as listed, then done (two
     commits per page, as in a run)."""
-    from bulkfetch.journal import Journal
+    from bulkfetch.dest.journal import Journal
 
     dest = work / "journal-only"
     shutil.rmtree(dest, ignore_errors=True)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from bigfiles import MIB, md5_of
 from bulkfetch.engine import resume
-from bulkfetch.server.sizes import parse_bytes
 from bulkfetch.testing import LoggedRequest
+from bulkfetch.util.sizes import parse_bytes
 from harness import bulkfetch_command, log, pinning, run_measured, start_reference
 
 BAR = 0.55

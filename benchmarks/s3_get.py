@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bulkfetch.bench.verify import Check, verify_dir
-from bulkfetch.server.sizes import parse_bytes
+from bulkfetch.util.sizes import parse_bytes
 from harness import (
     FreshFilesystems,
     Measured,

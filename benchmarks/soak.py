@@ -100,7 +100,7 @@ class Run:
 
 def dataset(files: int, seed: int):  # bulkfetch imports after harness (sys.path)
     from bulkfetch.server.dataset import SyntheticDataSet
-    from bulkfetch.server.sizes import parse_size_spec
+    from bulkfetch.util.sizes import parse_size_spec
 
     return SyntheticDataSet(files, 1000, seed, parse_size_spec("100"), False)
 

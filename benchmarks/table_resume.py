@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 from bulkfetch.server.dataset import SyntheticDataSet
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.sizes import parse_size_spec
 from harness import pages_done, tree_pids
 
 RSS_BAR_MB = 150

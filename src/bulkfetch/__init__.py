@@ -8,10 +8,9 @@
         for name, body in files: ...
 """
 
-__version__ = "0.1.0"  # first: modules imported below read it
-
 from typing import TYPE_CHECKING
 
+from bulkfetch._version import __version__
 from bulkfetch.errors import BulkfetchError, UsageError
 
 if TYPE_CHECKING:  # what __getattr__ gives, for type checkers

@@ -118,7 +118,7 @@ def build_options(
 
     TLS trust: `ca_bundle`, else REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE or SSL_CERT_FILE from
     the environment (the first one set), else libcurl's own store; `insecure` verifies
-    nothing (see bulkfetch.tls).
+    nothing (see bulkfetch.net.tls).
 
     Listing shape: the seed API's by default (`list_path`, `names_key`, `next_key`,
     `marker_param`, `get_template`: None for its defaults). `api` (a preset: gcs,
@@ -133,11 +133,11 @@ def build_options(
     `runner="ray"`: the workers are Ray actors on the cluster at `ray_address` ("auto",
     HOST:PORT; else RAY_ADDRESS, else a Ray started for the run), one per CPU unless
     `workers` caps them; DEST must be on storage every node sees. Needs bulkfetch[ray]."""
-    from bulkfetch.tls import resolve_tls
+    from bulkfetch.net.tls import resolve_tls
 
     tls = resolve_tls(ca_bundle, insecure)
     if metrics is not None:
-        from bulkfetch.metrics import check_available
+        from bulkfetch.runners.metrics import check_available
 
         check_available(metrics)
     adaptive, start = _concurrency(concurrency)

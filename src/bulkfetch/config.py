@@ -11,7 +11,7 @@ from bulkfetch.errors import UsageError
 from bulkfetch.models import SHOWN_IN_FLIGHT
 
 if TYPE_CHECKING:
-    from bulkfetch.sources.oci import BlobPlan
+    from bulkfetch.oci.blobs import BlobPlan
 
 
 @dataclass(frozen=True)
@@ -321,7 +321,7 @@ class S3Options:
 
 @dataclass(frozen=True)
 class TlsOptions:
-    """Whom https:// trusts, for every libcurl handle of a run (engine/curl.py). Built by
+    """Whom https:// trusts, for every libcurl handle of a run (net/curl.py). Built by
     tls.resolve_tls(): --ca-bundle, else the first of REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE,
     SSL_CERT_FILE that is set, else libcurl's own CA store."""
 

@@ -94,7 +94,7 @@ class Stream:
 
     # -- the run -------------------------------------------------------------------------
     def _run(self) -> Iterator[tuple[str, bytes | FetchError]]:
-        from bulkfetch.engine.range_lister import lister_from_start
+        from bulkfetch.listing.range_lister import lister_from_start
         from bulkfetch.runners.pool import ProcessPool
         from bulkfetch.runners.rate_shares import RateShares
         from bulkfetch.sources import make_source
@@ -176,7 +176,7 @@ class Stream:
 def _dispatch(lister: Any, pool: Any, pages_out: int, ahead: int) -> tuple[int, bool]:
     """Send listed pages while fewer than `ahead` are out; with none out, wait a little for
     the next. Returns (pages out, whether the listing is over)."""
-    from bulkfetch.engine.lister import ListingFailed, ListingFinished
+    from bulkfetch.listing.lister import ListingFailed, ListingFinished
     from bulkfetch.sources.base import listed_metadata
 
     wait = 0.05 if pages_out == 0 else 0.0

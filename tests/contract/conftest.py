@@ -47,7 +47,7 @@ def oci_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciImage]:
     if missing:
         pytest.skip(f"the OCI source needs {' and '.join(missing)} (bash .ci/run installs them)")
     from bulkfetch.oci.pull import PullOptions, PullResult, engine_options, plan_blobs, resolve
-    from bulkfetch.testing_oci import LayerSpec, Registry, build_image, push
+    from bulkfetch.testing.registry import LayerSpec, Registry, build_image, push
 
     work = tmp_path_factory.mktemp("oci")
     layout = work / "layout"

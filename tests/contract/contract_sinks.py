@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bulkfetch.config import GetOptions, SinkOptions
-from bulkfetch.journal import Journal
+from bulkfetch.dest.journal import Journal
 from bulkfetch.runners.dest import prepare_shards
 from bulkfetch.sinks import Sink, open_sink
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
 
 STATE = ".bulkfetch"
-# DEST/.bulkfetch of a run: the journal and its lock (journal.py), the sinks' temporaries
+# DEST/.bulkfetch of a run: the journal and its lock (dest/journal.py), the sinks' temporaries
 # and partial files (emptied by a clean close), the dir sink's md5sum lines.
 STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp",
                  "partial", "sums"}

@@ -24,8 +24,8 @@ from bulkfetch.server.hostile import (
     HostileNames,
     hostile_body,
 )
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.sources import Source, make_source
+from bulkfetch.util.sizes import parse_size_spec
 
 # The data set every listing case serves: more files than one page of any source (1000
 # rows, lines or keys, the seed API's 250 names), nested names, sizes from 0 bytes up.

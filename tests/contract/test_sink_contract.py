@@ -27,9 +27,9 @@ from contract_sinks import SinkHarness
 
 from bulkfetch.engine.resume import partial_key
 from bulkfetch.models import Failure, PageReport
-from bulkfetch.names import NAME_MAX, PATH_MAX, check_name
-from bulkfetch.samples import split_key
 from bulkfetch.sinks.base import Sink, SinkFailure
+from bulkfetch.util.names import NAME_MAX, PATH_MAX, check_name
+from bulkfetch.util.samples import split_key
 
 CHUNK = 64 << 10
 

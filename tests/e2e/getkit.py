@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from bulkfetch.server.dataset import SyntheticDataSet
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 
 STATE = ".bulkfetch"
 STATE_ENTRIES = {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock", "tmp",

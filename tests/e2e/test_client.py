@@ -128,7 +128,7 @@ def test_a_body_above_the_memory_limit(reference_server, tmp_path: Path) -> None
         body = client.get(f"{big.url}/get/{ds.name(1)}")
     assert len(body) == 3 << 20
     from bulkfetch.server.dataset import SyntheticDataSet
-    from bulkfetch.server.sizes import parse_size_spec
+    from bulkfetch.util.sizes import parse_size_spec
 
     big_ds = SyntheticDataSet(2, 1000, 0, parse_size_spec("3m"), False)
     assert hashlib.md5(body).hexdigest() == hashlib.md5(big_ds.body(1)).hexdigest()

@@ -14,8 +14,9 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from bulkfetch import cli_dataset, index
-from bulkfetch.cli_dataset import cat, extract, ls
+from bulkfetch.cli import dataset as cli_dataset
+from bulkfetch.cli.dataset import cat, extract, ls
+from bulkfetch.dest import index
 from bulkfetch.testing import write_dir_destination
 from bulkfetch.testing import write_tar_destination as build_tar_dest
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from getkit import assert_complete, expected_files
 
 from bulkfetch.server.dataset import SyntheticDataSet
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 
 
 def get(url: str, dest: Path, *args: str, table: Path | None = None) -> dict:

@@ -24,8 +24,8 @@ from getkit import assert_complete, assert_state_clean, get
 from bulkfetch.bench.harness import run_measured
 from bulkfetch.engine import resume
 from bulkfetch.server.dataset import SyntheticDataSet
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.sizes import parse_size_spec
 
 SIZES = "lognormal:40k:1.5:3m"
 FILES = 40

@@ -19,8 +19,8 @@ import pytest
 from getkit import kill_after_pages, read_journal, settled_count
 
 from bulkfetch.server.dataset import SyntheticDataSet
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.sizes import parse_size_spec
 
 FILES = 1250  # each served file is listed twice: once per host name
 ROWS = 2 * FILES

@@ -20,7 +20,7 @@ import pytest
 from getkit import assert_complete, expected_files
 from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
 
-from bulkfetch.tls import CA_VARIABLES
+from bulkfetch.net.tls import CA_VARIABLES
 
 pytestmark = pytest.mark.nginx
 

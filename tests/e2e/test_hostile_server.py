@@ -20,8 +20,8 @@ from bulkfetch.server.hostile import (
     TRAVERSAL_NAMES,
     hostile_body,
 )
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.sizes import parse_size_spec
 
 Start = Callable[..., ReferenceServer]
 GOOD = re.compile(r"f\d{10}")

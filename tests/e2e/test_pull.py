@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch.testing_oci import (
+from bulkfetch.testing.registry import (
     BlobHost,
     LayerSpec,
     Registry,

@@ -403,7 +403,7 @@ def test_disk_full_stops_cleanly_and_the_rerun_completes_after_freeing_space(
 
 def _expected_8k(files: int) -> dict[str, str]:
     from bulkfetch.server.dataset import SyntheticDataSet
-    from bulkfetch.server.sizes import parse_size_spec
+    from bulkfetch.util.sizes import parse_size_spec
 
     ds = SyntheticDataSet(files, 1000, 0, parse_size_spec("8k"), False)
     return {ds.name(i): hashlib.md5(ds.body(i)).hexdigest() for i in range(files)}

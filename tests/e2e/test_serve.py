@@ -250,7 +250,7 @@ def test_version_and_help_on_every_command() -> None:
     import click
 
     from bulkfetch import __version__
-    from bulkfetch.cli import cli
+    from bulkfetch.cli.main import cli
 
     assert __version__ in _cli("--version").stdout
     assert "Usage" in _cli("--help").stdout

@@ -20,7 +20,7 @@ from test_nginx_export import Client as ExportClient
 from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
 
 from bulkfetch.server.dataset import DAY, EPOCH_2025, SyntheticDataSet, mutated_indices
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 
 FILES, SEED, RATE = 400, 5, 0.05
 SIZES = "uniform:1:3000"

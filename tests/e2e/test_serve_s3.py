@@ -27,12 +27,12 @@ from s3kit import s5cmd_binary
 from test_get_tls import _self_signed
 from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
 
-from bulkfetch.engine import carry, ranges
+from bulkfetch.listing import carry, ranges
+from bulkfetch.net.tls import CA_VARIABLES
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.faults import FaultConfig, FaultPlan
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
-from bulkfetch.tls import CA_VARIABLES
+from bulkfetch.util.sizes import parse_size_spec
 
 KEY, SECRET = "AKIDBULKFETCHTEST", "s3cr3t/with+odd=chars"
 FILES = 3000

@@ -17,8 +17,8 @@ import pytest
 
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.shapes import HF_REPO, LISTING_PATHS
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.sizes import parse_size_spec
 
 SHAPES = ("gcs", "link", "drf", "hf-tree")
 TOKEN = "e2e-T0ken.with~odd+chars/=="

@@ -20,8 +20,8 @@ import pytest
 from getkit import assert_complete, command, get, read_journal
 
 from bulkfetch.server.dataset import SyntheticDataSet, mutated_indices
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.sizes import parse_size_spec
 
 FILES, SEED, RATE, GROWN = 3000, 7, 0.02, 3030
 SIZES = "uniform:1:2000"

@@ -27,7 +27,7 @@ from bulkfetch.server.hostile import (
     HostileNames,
     hostile_body,
 )
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 
 NAME = "f0000000004"
 

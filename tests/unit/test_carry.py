@@ -7,10 +7,10 @@ import itertools
 from collections.abc import Iterable, Sequence
 
 from bulkfetch.config import RetryPolicy
-from bulkfetch.engine import carry
-from bulkfetch.engine.lister import Listed, Lister, ListingFinished
-from bulkfetch.samples import split_key
+from bulkfetch.listing import carry
+from bulkfetch.listing.lister import Listed, Lister, ListingFinished
 from bulkfetch.sources.base import ListedPage
+from bulkfetch.util.samples import split_key
 
 
 class Names:

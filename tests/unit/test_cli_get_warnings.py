@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch import cli_get
 from bulkfetch.api import build_options
+from bulkfetch.cli import get as cli_get
 from bulkfetch.engine import adaptive
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from bulkfetch.api import build_options
-from bulkfetch.engine.lister import Listed
-from bulkfetch.journal import Journal
+from bulkfetch.dest.journal import Journal
+from bulkfetch.listing.lister import Listed
 from bulkfetch.runners.coordinator import Coordinator
 from bulkfetch.sources import make_source
 from bulkfetch.sources.base import ListedPage

@@ -1,10 +1,10 @@
-"""Which environment variables make libcurl choose a proxy (engine/curl.py)."""
+"""Which environment variables make libcurl choose a proxy (net/curl.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bulkfetch.engine.curl import PROXY_VARIABLES, error_code, proxy_configured
+from bulkfetch.net.curl import PROXY_VARIABLES, error_code, proxy_configured
 
 
 @pytest.fixture

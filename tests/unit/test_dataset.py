@@ -16,7 +16,7 @@ from bulkfetch.server.dataset import (
     SyntheticDataSet,
     SyntheticEntry,
 )
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 
 HUNDRED = parse_size_spec("100")
 

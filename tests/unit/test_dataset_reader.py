@@ -1,7 +1,7 @@
 """open_dataset(): reading tar and directory destinations back (bulkfetch.dataset).
 
 Tar destinations are built here with Python's tarfile (PAX format: ustar headers, 'x'
-headers for long and non-ASCII names) and indexed with bulkfetch.index, offsets taken from
+headers for long and non-ASCII names) and indexed with bulkfetch.dest.index, offsets taken from
 tarfile's own TarInfo.offset_data; directory destinations are plain files. Every check is on
 bytes, counts or checksums computed here, not on what the module says about itself.
 """
@@ -18,19 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch import index
 from bulkfetch.dataset import (
     DirectoryDataset,
     MemberInfo,
     TarDataset,
     open_dataset,
 )
+from bulkfetch.dest import index
+from bulkfetch.dest.journal import Journal
 from bulkfetch.errors import BulkfetchError, DataCorrupt, DataUnreadable, UsageError
-from bulkfetch.journal import Journal
-from bulkfetch.names import local_parts
 from bulkfetch.sinks.directory import DirectorySink
 from bulkfetch.testing import write_dir_destination as build_dir_dest
 from bulkfetch.testing import write_tar_destination as build_tar_dest
+from bulkfetch.util.names import local_parts
 
 
 def md5(data: bytes) -> str:

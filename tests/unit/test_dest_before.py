@@ -7,9 +7,9 @@ import fcntl
 import os
 from pathlib import Path
 
-from bulkfetch import index
-from bulkfetch.dest_lock import LOCK_NAME
-from bulkfetch.journal import STATE_DIR
+from bulkfetch.dest import index
+from bulkfetch.dest.journal import STATE_DIR
+from bulkfetch.dest.lock import LOCK_NAME
 from bulkfetch.runners.dest import DestBefore
 
 

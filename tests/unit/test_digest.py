@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from bulkfetch.digest import SMALL_BODY, builtin_md5, md5_hex, openssl_md5
+from bulkfetch.util.md5 import SMALL_BODY, builtin_md5, md5_hex, openssl_md5
 
 
 @pytest.mark.parametrize("size", [0, 1, 100, SMALL_BODY - 1, SMALL_BODY, SMALL_BODY + 1,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch import failures_file
-from bulkfetch.failures_file import beside_report, failure_line, http_status, write_failures
-from bulkfetch.journal import Journal
+from bulkfetch.dest import failures_file
+from bulkfetch.dest.failures_file import beside_report, failure_line, http_status, write_failures
+from bulkfetch.dest.journal import Journal
 from bulkfetch.models import Failure, PageReport
 
 

@@ -31,7 +31,7 @@ from bulkfetch.server.faults import (
     parse_redirect_kinds,
 )
 from bulkfetch.server.hostile import HugeFirstPage
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 
 MIXED = FaultConfig(stall_rate=0.05, reset_rate=0.05, fail_rate=0.1, throttle_rate=0.1,
                     truncate_rate=0.1, corrupt_rate=0.1, latency_ms=(5.0, 50.0))

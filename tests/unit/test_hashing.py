@@ -14,19 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch import hashing
 from bulkfetch.dataset import open_dataset
 from bulkfetch.errors import BulkfetchError, UsageError
-from bulkfetch.hashfile import (
-    CheckEntry,
-    ChecksumReader,
-    check_line,
-    check_warnings,
-    parse_line,
-    sum_line,
-    sum_lines,
-)
-from bulkfetch.hashing import (
+from bulkfetch.hashing import files as hashing
+from bulkfetch.hashing.files import (
     HashOptions,
     HashProgress,
     WorkerPool,
@@ -37,6 +28,15 @@ from bulkfetch.hashing import (
     walk,
 )
 from bulkfetch.testing import write_tar_destination
+from bulkfetch.util.checksum_lines import (
+    CheckEntry,
+    ChecksumReader,
+    check_line,
+    check_warnings,
+    parse_line,
+    sum_line,
+    sum_lines,
+)
 
 MD5_A = hashlib.md5(b"a").hexdigest()
 SHA1_A = hashlib.sha1(b"a").hexdigest()
@@ -437,7 +437,7 @@ def test_verify_members_reports_a_truncated_shard(tmp_path: Path) -> None:
 def test_the_bar_shows_bytes_against_what_is_listed_so_far() -> None:
     from rich.console import Console
 
-    from bulkfetch.cli_hash import _Bar
+    from bulkfetch.cli.hash import _Bar
 
     progress = HashProgress(started=time.monotonic() - 2, listed_files=10,
                             listed_bytes=4_000_000, files_done=4, failed=1,

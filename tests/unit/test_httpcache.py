@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from bulkfetch.client.freshness import freshness, response_headers
+from bulkfetch.client.httpcache import Entry, HttpCache
 from bulkfetch.errors import UsageError
-from bulkfetch.freshness import freshness, response_headers
-from bulkfetch.httpcache import Entry, HttpCache
 
 ETAG = {"etag": '"abc"'}
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from bulkfetch.dest.journal import Journal
+from bulkfetch.dest.journal_reader import read_status, render_status
 from bulkfetch.errors import (
     BulkfetchError,
     DestBusy,
@@ -26,8 +28,6 @@ from bulkfetch.errors import (
     TokenLoop,
     UsageError,
 )
-from bulkfetch.journal import Journal
-from bulkfetch.journal_status import read_status, render_status
 from bulkfetch.models import Failure, PageReport
 
 FP = {"source": "http://127.0.0.1:8000", "from_file": False,
@@ -60,7 +60,7 @@ def start_child(code: str, *args: str) -> subprocess.Popen[str]:
 HOLDER = """
 import sys
 from pathlib import Path
-from bulkfetch.journal import Journal
+from bulkfetch.dest.journal import Journal
 from bulkfetch.models import PageReport
 j = Journal.open(Path(sys.argv[1]), {"source": "s"})
 j.add_page(0, None, None, 3)
@@ -359,7 +359,7 @@ def test_a_journal_from_before_failure_urls_gains_the_column(
     column is added (NULL for the failures it already holds)."""
     import re
 
-    from bulkfetch import journal as journal_module
+    from bulkfetch.dest import journal as journal_module
 
     old_schema, removed = re.subn(r",\n\s*url TEXT[^\n]*", "", journal_module._SCHEMA)
     assert removed == 1
@@ -536,7 +536,7 @@ def test_state_dir_symlink_is_refused(tmp_path: Path) -> None:
 CRASHER = """
 import sys
 from pathlib import Path
-from bulkfetch.journal import Journal
+from bulkfetch.dest.journal import Journal
 from bulkfetch.models import Failure, PageReport
 j = Journal.open(Path(sys.argv[1]), {"source": "s"})
 print("ready", flush=True)

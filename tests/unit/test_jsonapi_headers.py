@@ -1,5 +1,5 @@
 """Request headers (sources/headers.py): parsing, the header file, --bearer-env, which hosts
-get them, and that their values are masked everywhere (redact.py, config)."""
+get them, and that their values are masked everywhere (util/redact.py, config)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 from bulkfetch.api import build_options
 from bulkfetch.config import RequestAuth
 from bulkfetch.errors import UsageError
-from bulkfetch.redact import redact_text, redact_value, register_secret
 from bulkfetch.sources.headers import (
     HostHeaders,
     bearer_from_env,
@@ -21,6 +20,7 @@ from bulkfetch.sources.headers import (
     parse_header,
     read_header_file,
 )
+from bulkfetch.util.redact import redact_text, redact_value, register_secret
 
 
 def test_a_header_is_name_colon_value() -> None:

@@ -12,9 +12,9 @@ import pytest
 
 from bulkfetch.api import build_options
 from bulkfetch.config import ApiShape, SourceShape
-from bulkfetch.engine.lister import _cut, _joined
 from bulkfetch.engine.stated import unlike_listing
 from bulkfetch.errors import UsageError
+from bulkfetch.listing.lister import _cut, _joined
 from bulkfetch.sources import make_source
 from bulkfetch.sources.apis import PRESETS, load_preset, resolve_shape
 from bulkfetch.sources.base import ListedPage

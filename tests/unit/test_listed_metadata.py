@@ -12,8 +12,8 @@ import pytest
 from bulkfetch.config import S3Options, Timeouts
 from bulkfetch.engine.digests import LISTING, Pinned
 from bulkfetch.engine.parts import SplitPlan
-from bulkfetch.engine.ranges import KeyRange
 from bulkfetch.engine.stated import unlike_listing
+from bulkfetch.listing.ranges import KeyRange
 from bulkfetch.models import Page
 from bulkfetch.server.faults import FaultConfig, FaultPlan
 from bulkfetch.server.s3list import misstated

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bulkfetch import live
 from bulkfetch.config import GetOptions
 from bulkfetch.errors import UsageError
-from bulkfetch.live import LiveStatus, read_live, reason_kind
-from bulkfetch.metrics import MetricsServer, check_available, parse_address
 from bulkfetch.models import LATENCY_BUCKETS, Failure, Progress, Report, Tick
+from bulkfetch.runners import live
+from bulkfetch.runners.live import LiveStatus, read_live, reason_kind
+from bulkfetch.runners.metrics import MetricsServer, check_available, parse_address
 
 
 @pytest.mark.parametrize(("reason", "kind"), [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bulkfetch.memcache import MemoryCache
+from bulkfetch.client.memcache import MemoryCache
 
 
 class Clock:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bulkfetch.config import SourceShape, Timeouts
-from bulkfetch.names import PATH_MAX, all_plain, check_name, is_plain
 from bulkfetch.sources.fileserver import FileServerSource
+from bulkfetch.util.names import PATH_MAX, all_plain, check_name, is_plain
 
 PLAIN = ["f0000000001", "a/b/c.txt", "x-y_z.tar.gz", "A" * 255, "/".join(["d" * 200] * 19)]
 NOT_PLAIN = ["", ".hidden", "a/../b", "../x", "/abs", "a//b", "trailing.", "sp ace", "caf\u00e9",

@@ -11,9 +11,9 @@ import pytest
 from bulkfetch.errors import UsageError
 from bulkfetch.oci import layout
 from bulkfetch.oci.auth import Authorizer, Credentials
+from bulkfetch.oci.blobs import BlobPlan, BlobSource, BlobSpec
 from bulkfetch.oci.cache import BlobCache
 from bulkfetch.oci.reference import Digest
-from bulkfetch.sources.oci import BlobPlan, BlobSource, BlobSpec
 
 
 def digest_of(data: bytes) -> Digest:

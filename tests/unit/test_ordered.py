@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from bulkfetch.samples import group, split_key
 from bulkfetch.sinks import ordered
 from bulkfetch.sinks.ordered import Held, PageInOrder, sample_keys
+from bulkfetch.util.samples import group, split_key
 
 
 class Shard:

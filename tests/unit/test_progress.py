@@ -8,8 +8,7 @@ from io import StringIO
 import pytest
 from rich.console import Console
 
-from bulkfetch.models import Progress
-from bulkfetch.progress import (
+from bulkfetch.cli.progress import (
     PlainDisplay,
     QuietDisplay,
     RateWindow,
@@ -17,6 +16,7 @@ from bulkfetch.progress import (
     hms,
     make_display,
 )
+from bulkfetch.models import Progress
 
 ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[@-_])")
 

@@ -1,4 +1,4 @@
-"""Key ranges (engine/ranges.py) and the range lister (engine/range_lister.py), over a small
+"""Key ranges (listing/ranges.py) and the range lister (listing/range_lister.py), over a small
 in-memory sorted key space that answers like ListObjectsV2 (start-after, 1,000 keys)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from collections import Counter
 import pytest
 
 from bulkfetch.config import RetryPolicy
-from bulkfetch.engine import carry, ranges
-from bulkfetch.engine.lister import Listed, ListingFailed, ListingFinished
-from bulkfetch.engine.range_lister import RangeLister, RangePage
-from bulkfetch.engine.ranges import KeyRange
-from bulkfetch.samples import split_key
+from bulkfetch.listing import carry, ranges
+from bulkfetch.listing.lister import Listed, ListingFailed, ListingFinished
+from bulkfetch.listing.range_lister import RangeLister, RangePage
+from bulkfetch.listing.ranges import KeyRange
 from bulkfetch.sources.base import ListingError
+from bulkfetch.util.samples import split_key
 
 PAGE = 1000
 

@@ -1,4 +1,4 @@
-"""bulkfetch.redact: secrets in URLs are masked wherever a URL becomes text (journal, report,
+"""bulkfetch.util.redact: secrets in URLs are masked wherever a URL becomes text (journal, report,
 summary), and nothing else changes."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch.journal import Journal
+from bulkfetch.cli.report import report_dict
+from bulkfetch.dest.journal import Journal
 from bulkfetch.models import Failure, PageReport, Report
-from bulkfetch.redact import MASK, redact_text, redact_url, redact_value, safe_name, safe_text
-from bulkfetch.report import report_dict
+from bulkfetch.util.redact import MASK, redact_text, redact_url, redact_value, safe_name, safe_text
 
 SECRETS = ("s3cr3t", "SECRETSIG", "AKIDSECRET", "ghp_TOKEN", "SESSIONTOKEN")
 SIGNED = ("https://bucket.s3.amazonaws.com/a/b.bin?X-Amz-Algorithm=AWS4-HMAC-SHA256"

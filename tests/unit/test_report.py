@@ -12,9 +12,7 @@ import pytest
 from rich.console import Console
 
 import bulkfetch
-from bulkfetch import atomic
-from bulkfetch.models import Failure, Report
-from bulkfetch.report import (
+from bulkfetch.cli.report import (
     print_summary,
     report_dict,
     safe_name,
@@ -22,6 +20,8 @@ from bulkfetch.report import (
     summary_table,
     write_report,
 )
+from bulkfetch.models import Failure, Report
+from bulkfetch.util import atomic
 
 HOSTILE = [
     "\x1b]0;pwned\x07",  # set the terminal title

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch import index
 from bulkfetch.api import build_options
-from bulkfetch.journal import Journal
+from bulkfetch.dest import index
+from bulkfetch.dest.journal import Journal
 from bulkfetch.models import Failure, PageReport
 from bulkfetch.runners.coordinator import Coordinator as _Coordinator
 from bulkfetch.runners.dest import journal_stored_retries as _journal_stored_retries

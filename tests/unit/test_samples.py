@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from bulkfetch.dataset import open_dataset
-from bulkfetch.samples import group, split_key
 from bulkfetch.testing import write_tar_destination
+from bulkfetch.util.samples import group, split_key
 
 
 @pytest.mark.parametrize(("name", "key", "extension"), [

@@ -24,8 +24,8 @@ from bulkfetch.server.dataset import (
 from bulkfetch.server.export import export_static
 from bulkfetch.server.hostile import HostileNames, hostile_body
 from bulkfetch.server.options import ServeOptions, build_app
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.server.tree import FileTree
+from bulkfetch.util.sizes import parse_size_spec
 
 NAME = "f0000000004"
 LARGE = 3 * CHUNK + 1234 + SMALL_BODY  # streamed, over many chunks, not a multiple of CHUNK

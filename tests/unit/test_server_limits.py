@@ -30,7 +30,7 @@ from bulkfetch.server.http import (
 from bulkfetch.server.limits import MAX_RPS, ConcurrencyLimit, Limits, RateLimit
 from bulkfetch.server.options import ServeOptions, build_app
 from bulkfetch.server.s3app import S3App
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 
 FORK = multiprocessing.get_context("fork")
 NAME = "f0000000003"

@@ -34,7 +34,7 @@ from bulkfetch.server.export import _list_command, export_static
 from bulkfetch.server.hostile import HostileNames
 from bulkfetch.server.options import ServeOptions, build_app
 from bulkfetch.server.s3app import S3App
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 
 SEED = 7
 NS = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}

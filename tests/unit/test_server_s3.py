@@ -27,8 +27,8 @@ from bulkfetch.server.hostile import HostileNames
 from bulkfetch.server.options import ServeOptions, build_app
 from bulkfetch.server.s3app import S3App
 from bulkfetch.server.s3list import NAMESPACE, BadListRequest, ListRequest
-from bulkfetch.server.sizes import parse_size_spec
 from bulkfetch.server.tree import FileTree
+from bulkfetch.util.sizes import parse_size_spec
 
 NS = {"s": NAMESPACE}
 BUCKET = "bkt"

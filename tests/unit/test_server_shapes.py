@@ -31,7 +31,7 @@ from bulkfetch.server.shapes import (
     git_blob_id,
     lfs_pointer,
 )
-from bulkfetch.server.sizes import parse_size_spec
+from bulkfetch.util.sizes import parse_size_spec
 
 HOST = "127.0.0.1:8123"
 ORIGIN = f"http://{HOST}"

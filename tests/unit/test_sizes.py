@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from bulkfetch.errors import UsageError
-from bulkfetch.server.sizes import SizeSpec, parse_bytes, parse_size_spec
+from bulkfetch.util.sizes import SizeSpec, parse_bytes, parse_size_spec
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,12 @@ LATE = ("rich.console", "rich.live", "rich.table", "email.utils", "concurrent.fu
 
 PROBE = f"""
 import io, sys
-import bulkfetch.cli, bulkfetch.cli_get, bulkfetch.runners.local, bulkfetch.sinks.null
+import bulkfetch.cli, bulkfetch.cli.get, bulkfetch.runners.local, bulkfetch.sinks.null
 import bulkfetch.sinks.tar
-from bulkfetch.engine.curl import retry_after_seconds
+from bulkfetch.net.curl import retry_after_seconds
 from bulkfetch.models import Progress, Report
-from bulkfetch.progress import make_display
-from bulkfetch.report import stop_line, write_report
+from bulkfetch.cli.progress import make_display
+from bulkfetch.cli.report import stop_line, write_report
 for quiet in (True, False):
     display = make_display(quiet=quiet, stream=io.StringIO())
     display.start(); display.update(Progress()); display.stop()
@@ -43,6 +43,6 @@ def test_the_probe_sees_those_modules_once_they_are_used() -> None:
     used = PROBE.replace(
         'retry_after_seconds("120")',
         'retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT")\n'
-        "from bulkfetch.report import summary_table\n"
+        "from bulkfetch.cli.report import summary_table\n"
         "summary_table(Report(source='s', dest='d'))")
     assert {"rich.table", "email.utils"} <= _loaded(used)

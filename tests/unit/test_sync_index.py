@@ -1,4 +1,4 @@
-"""sync.py's index on a real directory: MD5s from the sums (a later line wins), what a page
+"""runners/sync.py's index on a real directory: MD5s from the sums (a later line wins), what a page
 asks for (nothing for a file the listing shows unchanged, If-None-Match for a kept one,
 plain for a missing one or a symlink), what --delete finds gone and removes (with the
 directories it empties), and --max-delete's refusal, which removes nothing."""
@@ -13,9 +13,9 @@ import pytest
 
 from bulkfetch.config import DeleteLimit
 from bulkfetch.errors import UsageError
-from bulkfetch.hashfile import sum_lines
-from bulkfetch.names import local_parts
-from bulkfetch.sync import SyncIndex
+from bulkfetch.runners.sync import SyncIndex
+from bulkfetch.util.checksum_lines import sum_lines
+from bulkfetch.util.names import local_parts
 
 MD5_A, MD5_B, MD5_C = "a" * 32, "b" * 32, "c" * 32
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch import index
+from bulkfetch.dest import index
 from bulkfetch.models import Failure, PageReport
 from bulkfetch.sinks import tar, ustar
 from bulkfetch.sinks.base import Spool

@@ -1,4 +1,4 @@
-"""Whom https:// trusts (bulkfetch.tls): --ca-bundle, then REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE,
+"""Whom https:// trusts (bulkfetch.net.tls): --ca-bundle, then REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE,
 SSL_CERT_FILE; bad bundles refused at the start; what a refused certificate is called."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import pytest
 
 from bulkfetch.api import build_options
 from bulkfetch.config import GetOptions, TlsOptions
-from bulkfetch.engine.curl import (
+from bulkfetch.errors import UsageError
+from bulkfetch.net.curl import (
     RETRYABLE_CURL_ERRORS,
     TLS_FATAL_ERRORS,
     host_port,
     new_handle,
     tls_failure,
 )
-from bulkfetch.errors import UsageError
-from bulkfetch.tls import CA_VARIABLES, resolve_tls
+from bulkfetch.net.tls import CA_VARIABLES, resolve_tls
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -184,7 +184,7 @@ def test_new_handle_takes_each_kind_of_trust(tmp_path: Path) -> None:
 ])
 def test_a_workers_fatal_message_says_whether_the_user_must_act(
         tmp_path: Path, message: tuple[object, ...], code: int) -> None:
-    from bulkfetch.journal import Journal
+    from bulkfetch.dest.journal import Journal
     from bulkfetch.runners.coordinator import Coordinator as _Coordinator
     from bulkfetch.sources import make_source
 

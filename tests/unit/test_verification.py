@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from bulkfetch.engine.curl import header_values
 from bulkfetch.engine.stated import expected_md5, stated_md5
+from bulkfetch.net.curl import header_values
 
 MD5 = hashlib.md5(b"body").hexdigest()
 OTHER = hashlib.md5(b"other").hexdigest()

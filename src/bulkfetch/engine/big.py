@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 import pycurl
 
 from bulkfetch.engine import resume, spooling
-from bulkfetch.engine.curl import attempt_failure, header_value, retry_after_seconds
 from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.layouts import PartLayouts
 from bulkfetch.engine.multipart import LayoutProbe
 from bulkfetch.engine.pacing import BigPacing
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
-from bulkfetch.engine.redirects import REDIRECT_STATUSES, follow_big
 from bulkfetch.models import InFlight
+from bulkfetch.net.curl import attempt_failure, header_value, retry_after_seconds
+from bulkfetch.net.redirects import REDIRECT_STATUSES, follow_big
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
 
 if TYPE_CHECKING:

@@ -17,19 +17,9 @@ from typing import Any
 import pycurl
 
 from bulkfetch.config import GetOptions
-from bulkfetch.digest import SMALL_BODY, builtin_md5, openssl_md5
 from bulkfetch.engine.adaptive import Controller, open_file_ceiling
 from bulkfetch.engine.big import BigFiles
 from bulkfetch.engine.coordinator_side import LATENCY_SLOTS, CoordinatorSide
-from bulkfetch.engine.curl import (
-    RETRYABLE_CURL_ERRORS,
-    TLS_FATAL_ERRORS,
-    error_code,
-    header_value,
-    new_handle,
-    retry_after_seconds,
-    retryable_status,
-)
 from bulkfetch.engine.digests import (
     BY_DIGEST,
     BY_MD5,
@@ -41,15 +31,25 @@ from bulkfetch.engine.digests import (
 )
 from bulkfetch.engine.host_windows import HostWindows
 from bulkfetch.engine.hosts import HostGate, host_of
-from bulkfetch.engine.redirects import REDIRECT_STATUSES
 from bulkfetch.engine.request_headers import RequestHeaders
 from bulkfetch.engine.retrying import Retrying
 from bulkfetch.engine.sized import sized_streams
 from bulkfetch.engine.stated import SHA256, stated_md5, unlike_listing
 from bulkfetch.models import Failure, Page, PageReport
-from bulkfetch.names import check_name
+from bulkfetch.net.curl import (
+    RETRYABLE_CURL_ERRORS,
+    TLS_FATAL_ERRORS,
+    error_code,
+    header_value,
+    new_handle,
+    retry_after_seconds,
+    retryable_status,
+)
+from bulkfetch.net.redirects import REDIRECT_STATUSES
 from bulkfetch.sinks.base import Sink, SinkFailure, Writer
 from bulkfetch.sources.base import Source, data_url_body, unusable_name
+from bulkfetch.util.md5 import SMALL_BODY, builtin_md5, openssl_md5
+from bulkfetch.util.names import check_name
 
 _URL = pycurl.URL
 _HTTPHEADER = pycurl.HTTPHEADER
@@ -159,7 +159,7 @@ class Fetcher(RequestHeaders, CoordinatorSide, Retrying):
         self.held_ticks = 0  # ticks at which the gate held transfers (Tick.held_ticks)
         # A source whose requests carry the user's headers turns libcurl's redirects off
         # (they would carry any custom header to another host): the fetcher follows them,
-        # each hop with the headers for its own URL (engine/redirects.py). By page, the
+        # each hop with the headers for its own URL (net/redirects.py). By page, the
         # items redirected: name -> (the listed URL, hops so far); a retry starts over.
         # Only a source that says so: a signed S3 source turns redirects off too, and wants
         # a 3xx to stay a failure (the bucket is elsewhere), not followed with its signature.
@@ -171,7 +171,7 @@ class Fetcher(RequestHeaders, CoordinatorSide, Retrying):
             self.controller = Controller(limits.concurrency,
                                          min(limits.max_concurrency, open_file_ceiling()))
         # (a fixed --concurrency too: sockets beyond the descriptors would leave none for
-        # the files, and every file would fail; the CLI says so, cli.py)
+        # the files, and every file would fail; the CLI says so, cli/get.py)
         self.window = self.controller.limit if self.controller else \
             min(limits.concurrency, open_file_ceiling())
         # ... and once a second host appears, each host's own (host_windows.py): until

@@ -11,7 +11,7 @@ from typing import Any
 
 import pycurl
 
-from bulkfetch.engine.redirects import MAX_HOPS, next_hop
+from bulkfetch.net.redirects import MAX_HOPS, next_hop
 from bulkfetch.sinks.base import SinkFailure
 
 # A request header with nothing after the colon is not sent (libcurl): the headers of an

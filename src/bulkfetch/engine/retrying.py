@@ -12,9 +12,9 @@ from typing import Any
 
 import pycurl
 
-from bulkfetch.engine.curl import FatalTransferError, tls_failure
 from bulkfetch.engine.hosts import HostGate, host_of
 from bulkfetch.models import Failure
+from bulkfetch.net.curl import FatalTransferError, tls_failure
 
 
 class Retrying:

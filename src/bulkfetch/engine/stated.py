@@ -8,7 +8,7 @@ import base64
 import binascii
 import hashlib
 
-from bulkfetch.engine.curl import header_values
+from bulkfetch.net.curl import header_values
 
 _HEX = frozenset("0123456789abcdef")
 _HEX_BYTES = frozenset(b"0123456789abcdef")

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from bulkfetch.config import GetOptions
-from bulkfetch.engine.curl import FatalTransferError
 from bulkfetch.engine.fetcher import Fetcher
 from bulkfetch.models import PageReport
+from bulkfetch.net.curl import FatalTransferError
 from bulkfetch.sinks import SinkFatal, open_sink
 from bulkfetch.sources import make_source
 

@@ -25,8 +25,8 @@ from urllib.parse import urlencode, urlsplit
 import pycurl
 
 from bulkfetch.config import Timeouts, TlsOptions
-from bulkfetch.engine.curl import new_handle, perform_get
 from bulkfetch.errors import BulkfetchError, UsageError
+from bulkfetch.net.curl import new_handle, perform_get
 
 TOKEN_LIFETIME_DEFAULT_S = 60.0  # what the token spec says to assume when expires_in is absent
 RENEW_AT = 0.75  # renew a token once this share of its lifetime has passed

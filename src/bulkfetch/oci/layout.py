@@ -9,9 +9,9 @@ import json
 import os
 from pathlib import Path
 
-from bulkfetch.atomic import write_durably
 from bulkfetch.errors import UsageError
 from bulkfetch.oci.reference import Digest
+from bulkfetch.util.atomic import write_durably
 
 LAYOUT_FILE = "oci-layout"
 INDEX_FILE = "index.json"

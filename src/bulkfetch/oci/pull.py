@@ -3,7 +3,7 @@
 1. Resolve each reference: its manifest (through an image index to this platform's), its
    config; every answer checked against its digest (oci/registry.py).
 2. Sort the blobs: already in DEST, in the shared cache (linked in), or to fetch.
-3. Fetch the rest through the download engine (sources/oci.py): all blobs of all images at
+3. Fetch the rest through the download engine (blobs.py): all blobs of all images at
    once, big ones in ranges, each checked against its manifest digest and size, fsynced
    before it is renamed into blobs/; partial blobs stay for the next run.
 4. Keep the new blobs in the cache; write each complete image's manifest and config, then
@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bulkfetch.atomic import fsync_directory
 from bulkfetch.config import (
     GetOptions,
     Limits,
@@ -33,6 +32,7 @@ from bulkfetch.errors import UsageError
 from bulkfetch.models import Progress, Report
 from bulkfetch.oci import layout
 from bulkfetch.oci.auth import Credentials, docker_config_credentials
+from bulkfetch.oci.blobs import BlobPlan, BlobSpec
 from bulkfetch.oci.cache import BlobCache
 from bulkfetch.oci.manifest import (
     DOCKER_MANIFEST,
@@ -53,7 +53,7 @@ from bulkfetch.oci.manifest import (
 )
 from bulkfetch.oci.reference import Digest, Reference, parse_reference
 from bulkfetch.oci.registry import Fetched, Registry, RegistryError
-from bulkfetch.sources.oci import BlobPlan, BlobSpec
+from bulkfetch.util.atomic import fsync_directory
 
 MAX_CONFIG = 16 << 20  # an image config this big is not one
 REF_NAME = layout.REF_NAME

@@ -1,6 +1,6 @@
 """A registry's small requests: manifests and config blobs, with auth and retries.
 
-Layers go through the download engine (sources/oci.py); what is asked for here is a few KB
+Layers go through the download engine (blobs.py); what is asked for here is a few KB
 and decides what the engine fetches, so every answer is checked before use: the manifest's
 bytes against the digest asked for and against `Docker-Content-Digest`, a config blob
 against its descriptor.
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import pycurl
 
 from bulkfetch.config import Timeouts, TlsOptions
-from bulkfetch.engine.curl import (
+from bulkfetch.errors import BulkfetchError, UsageError
+from bulkfetch.net.curl import (
     RETRYABLE_CURL_ERRORS,
     header_value,
     new_handle,
@@ -24,7 +25,6 @@ from bulkfetch.engine.curl import (
     retry_after_seconds,
     tls_failure,
 )
-from bulkfetch.errors import BulkfetchError, UsageError
 from bulkfetch.oci.auth import AuthError, Authorizer, Credentials
 from bulkfetch.oci.manifest import ACCEPT, MAX_MANIFEST, ManifestError, media_type
 from bulkfetch.oci.reference import Digest, Reference, parse_digest

@@ -20,23 +20,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bulkfetch import index
 from bulkfetch.config import GetOptions
-from bulkfetch.engine.lister import Listed, Lister, ListingFailed, ListingFinished
-from bulkfetch.engine.range_lister import RangeLister
+from bulkfetch.dest import index
+from bulkfetch.dest.failures_file import write_failures
+from bulkfetch.dest.journal import Journal, Totals
 from bulkfetch.errors import BulkfetchError, JournalIOError
-from bulkfetch.failures_file import write_failures
-from bulkfetch.journal import Journal, Totals
-from bulkfetch.live import LiveStatus
+from bulkfetch.listing.lister import Listed, Lister, ListingFailed, ListingFinished
+from bulkfetch.listing.range_lister import RangeLister
 from bulkfetch.models import Page, PageReport, Progress, Report, Tick, largest_first
 from bulkfetch.runners.dest import journal_stored_retries, remove_temporaries
+from bulkfetch.runners.live import LiveStatus
 from bulkfetch.runners.pool import Message, WorkerPool
 from bulkfetch.runners.rate_shares import RateShares
 from bulkfetch.runners.signals import Interrupt, say
-from bulkfetch.samples import split_key
+from bulkfetch.runners.sync import SyncIndex
 from bulkfetch.sinks.directory import TMP_DIR, worker_tmp_name
 from bulkfetch.sources.base import listed_metadata, unusable_name
-from bulkfetch.sync import SyncIndex
+from bulkfetch.util.samples import split_key
 
 ProgressCallback = Callable[[Progress], None]
 UPDATE_S = 0.1

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bulkfetch import index
-from bulkfetch.dest_lock import LOCK_NAME, lock_holder
+from bulkfetch.dest import index
+from bulkfetch.dest.journal import STATE_DIR, Journal
+from bulkfetch.dest.lock import LOCK_NAME, lock_holder
 from bulkfetch.errors import BulkfetchError, UsageError
-from bulkfetch.journal import STATE_DIR, Journal
 from bulkfetch.sinks.directory import TMP_DIR
 
 

@@ -16,20 +16,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bulkfetch import index
 from bulkfetch.config import GetOptions
+from bulkfetch.dest import index
+from bulkfetch.dest.journal import Journal
+from bulkfetch.dest.sums import SUMS_DIR, compact
 from bulkfetch.errors import BulkfetchError, UsageError
-from bulkfetch.journal import Journal
-from bulkfetch.live import LiveStatus
 from bulkfetch.models import Report
 from bulkfetch.runners.coordinator import Coordinator, ProgressCallback
 from bulkfetch.runners.dest import DestBefore, prepare_dest, prepare_shards
+from bulkfetch.runners.live import LiveStatus
 from bulkfetch.runners.pool import ProcessPool, WorkerPool
+from bulkfetch.runners.sync import SyncIndex, listing_filter
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
 from bulkfetch.sources import make_source
-from bulkfetch.sums import SUMS_DIR, compact
-from bulkfetch.sync import SyncIndex, listing_filter
 
 
 def _error_report(options: GetOptions, source: Any, message: str,
@@ -71,7 +71,7 @@ def _after_sync(options: GetOptions, sync: SyncIndex, report: Report) -> Report:
 
 def _after_restart(dest: Path, report: Report) -> Report:
     """--restart into a directory, listed to its end: every file stored again has a newer
-    sums line, so the sums are rewritten to one line per file (sums.py), for md5sum -c."""
+    sums line, so the sums are rewritten to one line per file (dest/sums.py), for md5sum -c."""
     if not report.listing_complete or report.error is not None or report.interrupted:
         return report
     try:
@@ -142,7 +142,7 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
                 return _error_report(options, source, str(exc), journal)
         metrics = None
         if options.metrics is not None:
-            from bulkfetch.metrics import MetricsServer
+            from bulkfetch.runners.metrics import MetricsServer
 
             metrics = MetricsServer(options.metrics)
         sync = None

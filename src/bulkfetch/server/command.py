@@ -236,7 +236,7 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
     from bulkfetch.server.options import ServeOptions
     from bulkfetch.server.runner import is_loopback
     from bulkfetch.server.runner import serve as run_server
-    from bulkfetch.server.sizes import parse_bytes, parse_size_spec
+    from bulkfetch.util.sizes import parse_bytes, parse_size_spec
 
     kinds: frozenset[str] = frozenset()
     if bad_pages is not None:

@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bulkfetch.server.sizes import SizeSpec
+from bulkfetch.util.sizes import SizeSpec
 
 CHUNK = 65536
 EPOCH_2025 = 1735689600  # Last-Modified of every synthetic file: 2025-01-01T00:00:00Z

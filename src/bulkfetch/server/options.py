@@ -15,8 +15,8 @@ from bulkfetch.server.hostile import BAD_PAGE_KINDS, BadPages, HostileNames, Hug
 from bulkfetch.server.http import Handler
 from bulkfetch.server.limits import MAX_RPS
 from bulkfetch.server.s3app import S3App
-from bulkfetch.server.sizes import SizeSpec, parse_size_spec
 from bulkfetch.server.tree import FileTree
+from bulkfetch.util.sizes import SizeSpec, parse_size_spec
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from bulkfetch.digest import md5_hex
-from bulkfetch.hashfile import sum_lines
+from bulkfetch.dest.sums import SUMS_DIR, has_sums
 from bulkfetch.models import PageReport
-from bulkfetch.names import local_parts
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Writer, fatal_or_failure
 from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
-from bulkfetch.sums import SUMS_DIR, has_sums
+from bulkfetch.util.checksum_lines import sum_lines
+from bulkfetch.util.md5 import md5_hex
+from bulkfetch.util.names import local_parts
 
 TMP_DIR = ".bulkfetch/tmp"
 
@@ -48,7 +48,7 @@ class DirectorySink:
         self.dest = dest
         # md5sum lines are written for the bodies that were hashed. Into a DEST whose earlier
         # runs recorded some, every body is (even under --no-verify): a file stored again
-        # without a line would leave its older line, now untrue, the latest (sums.py).
+        # without a line would leave its older line, now untrue, the latest (dest/sums.py).
         self.needs_md5 = has_sums(dest)
         self.fanout = fanout
         # Each file's data on disk before its rename (`pull`: a blob in place is a blob
@@ -147,7 +147,7 @@ class DirectorySink:
         if md5 is not None:
             self.sums.append((name, md5))
 
-    # -- get --sync: a page whose requests are conditional (sync.py) ------------------------
+    # -- get --sync: a page whose requests are conditional (runners/sync.py) ---------------
     def response_headers(self, name: str, lines: list[bytes]) -> None:
         """A 200 to a conditional request: the body that follows replaces the file."""
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bulkfetch import index
+from bulkfetch.dest import index
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import SinkFatal, Writer
 from bulkfetch.sinks.directory import TMP_DIR

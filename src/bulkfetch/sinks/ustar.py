@@ -19,8 +19,8 @@ import zlib
 from collections.abc import Callable
 from typing import Protocol
 
-from bulkfetch.digest import md5_hex
 from bulkfetch.sinks.base import SinkFatal
+from bulkfetch.util.md5 import md5_hex
 
 BLOCK = 512
 _ZEROS = bytes(BLOCK)

@@ -40,7 +40,7 @@ def _require_regular_file(path: str) -> None:
 def make_source(options: GetOptions, listing: bool = True) -> Source:
     """The run's source; `listing=False` for a worker, which only resolves items."""
     if options.blobs is not None:
-        from bulkfetch.sources.oci import BlobSource
+        from bulkfetch.oci.blobs import BlobSource
 
         return BlobSource(options.blobs)
     if options.from_file:

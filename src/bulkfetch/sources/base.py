@@ -12,7 +12,7 @@ from urllib.parse import unquote_to_bytes
 import pycurl
 
 from bulkfetch.config import TlsOptions
-from bulkfetch.engine.curl import tls_failure
+from bulkfetch.net.curl import tls_failure
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,16 +9,16 @@ from urllib.parse import quote, urlsplit
 import pycurl
 
 from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, SourceShape, Timeouts, TlsOptions
-from bulkfetch.engine.curl import (
+from bulkfetch.errors import UsageError
+from bulkfetch.net.curl import (
     header_value,
     new_handle,
     perform_get,
     retry_after_seconds,
     retryable_status,
 )
-from bulkfetch.errors import UsageError
-from bulkfetch.names import all_plain, is_plain
 from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
+from bulkfetch.util.names import all_plain, is_plain
 
 
 def redact(url: str) -> str:

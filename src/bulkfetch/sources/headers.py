@@ -4,7 +4,7 @@ them.
 Credentials go to the listing's host and the files' hosts only. libcurl itself strips only
 Authorization and Cookie when a redirect changes host; any other custom header (X-Api-Key)
 would follow the redirect. So a source with headers turns libcurl's redirects off and the
-engine follows them (engine/redirects.py), asking `HostHeaders` for each hop's headers by
+engine follows them (net/redirects.py), asking `HostHeaders` for each hop's headers by
 its URL: the headers for an allowed origin, else the same names unset ("Name:", which
 libcurl sends nothing for; never an empty list, which pycurl would take as "keep the
 handle's last headers").
@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from bulkfetch.config import RequestAuth
 from bulkfetch.errors import UsageError
-from bulkfetch.redact import register_secret
+from bulkfetch.util.redact import register_secret
 
 # RFC 9110 token characters: what a field name may hold.
 _FIELD_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -77,7 +77,7 @@ def bearer_from_env(variable: str) -> tuple[str, str]:
 
 def build_auth(headers: Iterable[str] = (), header_file: str | None = None,
                bearer_env: str | None = None, netrc: bool = False) -> RequestAuth:
-    """The run's RequestAuth; every value registered as a secret (redact.py), so no output
+    """The run's RequestAuth; every value registered as a secret (util/redact.py), so no output
     shows it."""
     found: list[tuple[str, str]] = []
     origins: list[str] = []

@@ -23,19 +23,19 @@ from bulkfetch.config import (
     Timeouts,
     TlsOptions,
 )
-from bulkfetch.engine.curl import (
+from bulkfetch.errors import UsageError
+from bulkfetch.net.curl import (
     header_value,
     new_handle,
     perform_get,
 )
-from bulkfetch.engine.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
-from bulkfetch.errors import UsageError
-from bulkfetch.names import all_plain, is_plain
+from bulkfetch.net.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
 from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
 from bulkfetch.sources.fileserver import CREDENTIALS_NEEDED, _where, json_page, redact
 from bulkfetch.sources.headers import HostHeaders
 from bulkfetch.sources.jsonpaths import column, compile_path, hex_digests, size_of
 from bulkfetch.sources.pagination import PageError, Paginator
+from bulkfetch.util.names import all_plain, is_plain
 
 
 def file_template(template: str, base_url: str) -> tuple[str, str]:

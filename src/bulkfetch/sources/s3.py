@@ -25,20 +25,20 @@ from urllib.parse import quote, unquote_plus
 import pycurl
 
 from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, S3Options, Timeouts, TlsOptions
-from bulkfetch.engine.curl import (
+from bulkfetch.listing.range_lister import RangePage
+from bulkfetch.listing.ranges import KeyRange
+from bulkfetch.net.curl import (
     header_value,
     new_handle,
     perform_get,
     retry_after_seconds,
     retryable_status,
 )
-from bulkfetch.engine.range_lister import RangePage
-from bulkfetch.engine.ranges import KeyRange
-from bulkfetch.names import all_plain
 from bulkfetch.s3.profiles import resolve_settings
 from bulkfetch.s3.settings import S3Settings, parse_s3_url
 from bulkfetch.s3.signer import CHECKSUM_MODE, ObjectSigner
 from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
+from bulkfetch.util.names import all_plain
 
 KEYS_PER_PAGE = 1000  # ListObjectsV2's most
 # S3 error codes after which another attempt may succeed, whatever the status says.

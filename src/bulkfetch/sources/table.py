@@ -30,11 +30,11 @@ from urllib.parse import unquote, urlsplit
 
 from bulkfetch.config import TableOptions
 from bulkfetch.errors import UsageError
-from bulkfetch.samples import split_key
 from bulkfetch.sources.base import ListedPage, ListingError
 from bulkfetch.sources.collisions import collision_reason, first_urls
 from bulkfetch.sources.parquet import ParquetRows
 from bulkfetch.sources.urllist import url_name
+from bulkfetch.util.samples import split_key
 
 ROWS_PER_PAGE = 1000
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
