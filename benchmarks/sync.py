@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -36,15 +35,10 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from bulkfetch.server.dataset import SyntheticDataSet, mutated_indices
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.ports import free_port
 from bulkfetch.util.sizes import parse_size_spec
 
 SEED = 11
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def files_of(dest: Path) -> dict[str, tuple[int, int, str]]:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, for type checkers
 # options of a download: 14 ms of start-up), and the engine only when it is used.
 _LAZY = {"build_options": "api", "download": "api", "Failure": "models",
          "Progress": "models", "Report": "models", "open_dataset": "dataset",
-         "Client": "client", "FetchError": "client", "stream": "streaming",
+         "Client": "client", "FetchError": "errors", "stream": "streaming",
          "Stream": "streaming"}
 
 

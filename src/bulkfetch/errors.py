@@ -7,6 +7,18 @@ class BulkfetchError(Exception):
     """Base of every error bulkfetch raises deliberately."""
 
 
+class FetchError(BulkfetchError):
+    """One URL could not be fetched (after the retries the Client was given)."""
+
+    def __init__(self, url: str, reason: str, attempts: int) -> None:
+        # the attempts say why a refused connection took seconds to report: it was retried
+        tried = f" ({attempts} attempts)" if attempts > 1 else ""
+        super().__init__(f"{url}: {reason}{tried}")
+        self.url = url
+        self.reason = reason
+        self.attempts = attempts
+
+
 class UsageError(BulkfetchError):
     """A flag, argument or specification the user gave cannot be used (exit code 2)."""
 

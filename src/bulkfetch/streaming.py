@@ -21,8 +21,7 @@ from array import array
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from bulkfetch.client import FetchError
-from bulkfetch.errors import BulkfetchError, UsageError
+from bulkfetch.errors import BulkfetchError, FetchError, UsageError
 from bulkfetch.models import Page
 
 __all__ = ["Stream", "stream"]
@@ -177,7 +176,7 @@ def _dispatch(lister: Any, pool: Any, pages_out: int, ahead: int) -> tuple[int, 
     """Send listed pages while fewer than `ahead` are out; with none out, wait a little for
     the next. Returns (pages out, whether the listing is over)."""
     from bulkfetch.listing.lister import ListingFailed, ListingFinished
-    from bulkfetch.sources.base import listed_metadata
+    from bulkfetch.sources.listed import listed_metadata
 
     wait = 0.05 if pages_out == 0 else 0.0
     while pages_out < ahead:

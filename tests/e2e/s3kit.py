@@ -52,6 +52,8 @@ from typing import Any
 
 import pytest
 
+from bulkfetch.util.ports import free_port
+
 REGION = "us-east-1"
 ACCESS_KEY = "s3kit-access"
 SECRET_KEY = "s3kit-secret-0123456789"
@@ -105,12 +107,6 @@ def _binary(name: str) -> str:
     if found is None:
         raise FileNotFoundError(f"{name} not found: pip install -e '.[test]'")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _port_pairs(count: int, offset: int = 10000) -> list[int]:

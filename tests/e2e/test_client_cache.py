@@ -10,7 +10,6 @@ import hashlib
 import multiprocessing
 import os
 import random
-import socket
 import sqlite3
 import time
 from collections import Counter
@@ -21,15 +20,10 @@ from getkit import dataset
 
 from bulkfetch import Client
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.ports import free_port
 
 FILES = 300
 TTL = 1.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def bodies(*args: str) -> dict[str, str]:

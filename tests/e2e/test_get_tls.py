@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 from getkit import assert_complete, expected_files
-from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
+from test_nginx_export import Nginx, _export, _nginx_binary
 
 from bulkfetch.net.tls import CA_VARIABLES
+from bulkfetch.util.ports import free_port
 
 pytestmark = pytest.mark.nginx
 
@@ -84,7 +85,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
     base = tmp_path_factory.mktemp("tls")
     cert, key = _self_signed(base, "server")
     other, _ = _self_signed(base, "other")
-    port = _free_port()
+    port = free_port()
     export = base / "export"
     done = _export(export, port, "--files", str(FILES), "--page-size", str(PAGE))
     assert done.returncode == 0, done.stderr

@@ -9,7 +9,6 @@ import hashlib
 import os
 import random
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 import bulkfetch
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.ports import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("md5sum") is None, reason="needs coreutils")
 
@@ -341,7 +341,7 @@ def test_dest_after_a_restart_against_changed_files_holds_and_md5sum_agrees(
     """Also under --no-verify: into a DEST with recorded MD5s, a file stored again gets its
     line (without one, its older line would be the latest, and untrue)."""
     dest = tmp_path / "dest"
-    shape = ("--files", "120", "--file-size", "uniform:100:3m", "--port", str(_free_port()))
+    shape = ("--files", "120", "--file-size", "uniform:100:3m", "--port", str(free_port()))
     with ReferenceServer(*shape) as server:
         assert bulkfetch.download(server.url, dest, workers=2).exit_code == 0
     with ReferenceServer(*shape, "--epoch", "2", "--mutate-rate", "0.2") as server:
@@ -355,9 +355,3 @@ def test_dest_after_a_restart_against_changed_files_holds_and_md5sum_agrees(
     coreutils = subprocess.run(["md5sum", "-c", "--quiet", str(files[0])], cwd=dest,
                                capture_output=True, timeout=60)
     assert coreutils.returncode == 0, coreutils.stdout + coreutils.stderr
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bulkfetch.server.app import BAD_TOKEN_BODY, NOT_FOUND_BODY
+from bulkfetch.util.ports import free_port
 
 Answer = tuple[int, dict[str, str], bytes]
 FILE_HEADERS = ("etag", "content-length", "last-modified", "content-type")
@@ -32,12 +33,6 @@ def _nginx_binary() -> str:
             pytest.fail("nginx is missing: .ci/run must install nginx-light")
         pytest.skip("nginx is not installed (apt-get install nginx-light)")
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _export(directory: Path, port: int, *flags: str) -> subprocess.CompletedProcess[str]:
@@ -101,7 +96,7 @@ def exported_nginx(tmp_path: Path) -> Iterator[Callable[..., Nginx]]:
 
     def start(*flags: str) -> Nginx:
         _nginx_binary()
-        port = _free_port()
+        port = free_port()
         directory = tmp_path / f"export{len(started)}"
         done = _export(directory, port, *flags)
         assert done.returncode == 0, done.stderr
@@ -252,7 +247,7 @@ REFUSED = {
 def test_export_refuses_what_only_the_live_server_can_do(
     flags: tuple[str, ...], tmp_path: Path
 ) -> None:
-    done = _export(tmp_path / "export", _free_port(), "--files", "10", *flags)
+    done = _export(tmp_path / "export", free_port(), "--files", "10", *flags)
     assert done.returncode == 2, done.stderr
     assert "--export-static" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "export").exists()
@@ -260,7 +255,7 @@ def test_export_refuses_what_only_the_live_server_can_do(
 
 def test_an_export_it_cannot_write_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
-    done = _export(tmp_path / "afile" / "export", _free_port(), "--files", "10")
+    done = _export(tmp_path / "afile" / "export", free_port(), "--files", "10")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "cannot write" in done.stderr and "Not a directory" in done.stderr
 
@@ -272,7 +267,7 @@ def test_export_replaces_an_earlier_export_but_never_a_foreign_directory(
     shrinking = (("--files", "10"), ("--files", "10", "--nested"),
                  ("--files", "3", "--nested", "--file-size", "40"))
     for flags in shrinking:
-        done = _export(export, _free_port(), *flags)
+        done = _export(export, free_port(), *flags)
         assert done.returncode == 0, done.stderr
     listed = json.loads((export / "pages" / "first").read_bytes())["FileNames"]
     on_disk = [p for p in (export / "files").rglob("*") if p.is_file()]
@@ -282,7 +277,7 @@ def test_export_replaces_an_earlier_export_but_never_a_foreign_directory(
     assert all(any(d.iterdir()) for d in (export / "files").rglob("*") if d.is_dir())
 
     (tmp_path / "keep.txt").write_text("mine")
-    done = _export(tmp_path, _free_port(), "--files", "10")
+    done = _export(tmp_path, free_port(), "--files", "10")
     assert done.returncode == 2 and "not empty" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "keep.txt"]
 
@@ -292,7 +287,7 @@ def test_get_from_nginx_with_its_own_etags_checks_lengths_and_stores_every_file(
         tmp_path: Path) -> None:
     """nginx's own ETag ("mtime-size") is no MD5: every file takes the fetcher's reading of
     the whole header block, and nothing may be taken for a mismatch."""
-    port = _free_port()
+    port = free_port()
     export = tmp_path / "export"
     done = _export(export, port, "--files", "3000", "--page-size", "500")
     assert done.returncode == 0, done.stderr

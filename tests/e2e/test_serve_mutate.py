@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from test_nginx_export import Client as ExportClient
-from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
+from test_nginx_export import Nginx, _export, _nginx_binary
 
 from bulkfetch.server.dataset import DAY, EPOCH_2025, SyntheticDataSet, mutated_indices
+from bulkfetch.util.ports import free_port
 from bulkfetch.util.sizes import parse_size_spec
 
 FILES, SEED, RATE = 400, 5, 0.05
@@ -166,7 +167,7 @@ def test_bad_values_are_usage_errors(args: tuple[str, ...], words: str) -> None:
 def test_the_nginx_export_of_an_epoch_answers_like_the_live_server(
         reference_server, tmp_path: Path) -> None:
     _nginx_binary()
-    port = _free_port()
+    port = free_port()
     done = _export(tmp_path / "export", port, *FLAGS, *EPOCH_2)
     assert done.returncode == 0, done.stderr
     nginx = Nginx(tmp_path / "export" / "nginx.conf", port).start()

@@ -25,13 +25,14 @@ from getkit import (
 )
 from s3kit import s5cmd_binary
 from test_get_tls import _self_signed
-from test_nginx_export import Nginx, _export, _free_port, _nginx_binary
+from test_nginx_export import Nginx, _export, _nginx_binary
 
 from bulkfetch.listing import carry, ranges
 from bulkfetch.net.tls import CA_VARIABLES
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.faults import FaultConfig, FaultPlan
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.ports import free_port
 from bulkfetch.util.sizes import parse_size_spec
 
 KEY, SECRET = "AKIDBULKFETCHTEST", "s3cr3t/with+odd=chars"
@@ -296,7 +297,7 @@ def test_the_static_export_serves_the_bucket_through_nginx(tmp_path: Path, tls: 
     """nginx serves the objects, the live server the export names the listings; over https
     an untrusted certificate stops the run at once (exit 2) and --ca-bundle completes it."""
     _nginx_binary()
-    files, port, directory = 1500, _free_port(), tmp_path / "export"
+    files, port, directory = 1500, free_port(), tmp_path / "export"
     done = _export(directory, port, "--s3", "--files", str(files), "--page-size", "300")
     assert done.returncode == 0, done.stderr
     command = next(line.split(":", 1)[1].split() for line in done.stdout.splitlines()

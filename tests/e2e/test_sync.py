@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,18 +20,13 @@ from getkit import assert_complete, command, get, read_journal
 
 from bulkfetch.server.dataset import SyntheticDataSet, mutated_indices
 from bulkfetch.testing import ReferenceServer
+from bulkfetch.util.ports import free_port
 from bulkfetch.util.sizes import parse_size_spec
 
 FILES, SEED, RATE, GROWN = 3000, 7, 0.02, 3030
 SIZES = "uniform:1:2000"
 BASE = ("--files", str(FILES), "--seed", str(SEED), "--file-size", SIZES, "--page-size", "250")
 EPOCH_2 = ("--files", str(GROWN), *BASE[2:], "--epoch", "2", "--mutate-rate", str(RATE))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # Every server of this module answers on one port: DEST's journal is bound to the source's

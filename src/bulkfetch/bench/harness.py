@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bulkfetch.util.ports import free_port
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -167,12 +169,6 @@ def _first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
             break
         line += chunk
     return line.decode(errors="replace").split("\n", 1)[0].strip()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def export_for_nginx(files: int, directory: Path) -> tuple[str | None, str]:

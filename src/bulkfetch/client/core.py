@@ -32,7 +32,7 @@ from bulkfetch.client.disk_layer import Answer, DiskLayer, NotModified
 from bulkfetch.client.httpcache import Entry, HttpCache
 from bulkfetch.client.memcache import MemoryCache
 from bulkfetch.client.s3_urls import S3Urls
-from bulkfetch.errors import BulkfetchError
+from bulkfetch.errors import BulkfetchError, FetchError
 from bulkfetch.models import Page, PageReport
 from bulkfetch.sinks.null import NullSink
 from bulkfetch.sinks.spool import MemorySpool
@@ -43,16 +43,6 @@ PAGE_URLS = 256  # URLs per page handed to the loop: small enough to start at on
 STEP_S = 0.01  # the loop's wait while transfers are in flight (how soon new work starts)
 
 
-class FetchError(BulkfetchError):
-    """One URL could not be fetched (after the retries the Client was given)."""
-
-    def __init__(self, url: str, reason: str, attempts: int) -> None:
-        # the attempts say why a refused connection took seconds to report: it was retried
-        tried = f" ({attempts} attempts)" if attempts > 1 else ""
-        super().__init__(f"{url}: {reason}{tried}")
-        self.url = url
-        self.reason = reason
-        self.attempts = attempts
 
 
 class _Call:

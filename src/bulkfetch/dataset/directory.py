@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from operator import itemgetter
 from pathlib import Path
 
-from bulkfetch.dataset import (
-    _FILE_FLAGS,
+from bulkfetch.dataset.base import (
+    FILE_FLAGS,
     Dataset,
     MemberInfo,
     OnError,
-    _matcher,
+    matcher,
 )
 from bulkfetch.errors import DataUnreadable
 from bulkfetch.util.names import RESERVED, check_name, local_parts
@@ -152,7 +152,7 @@ class DirectoryDataset(Dataset):
             yield name, body
 
     def names(self, pattern: str | None = None) -> Iterator[str]:
-        yield from filter(_matcher(pattern), map(itemgetter(0), self._walk()))
+        yield from filter(matcher(pattern), map(itemgetter(0), self._walk()))
 
     def infos(self, pattern: str | None = None) -> Iterator[MemberInfo]:
         for name, fd in self._matching_files(pattern, None):
@@ -161,7 +161,7 @@ class DirectoryDataset(Dataset):
     def _matching_files(self, pattern: str | None,
                         on_error: OnError | None) -> Iterator[tuple[str, int]]:
         """(name, open fd) of each matching regular file; the consumer closes the fd."""
-        match = _matcher(pattern)
+        match = matcher(pattern)
         for name, directory, leaf in self._walk(on_error):
             if not match(name):
                 continue
@@ -194,7 +194,7 @@ def _unreadable(name: str, why: str, on_error: OnError | None) -> None:
 def _open_regular(directory: int, leaf: str) -> int | None:
     """An fd for the regular file `leaf` in `directory`, None if it is anything else.
     Raises OSError (ELOOP for a symlink, ENOENT when gone)."""
-    fd = os.open(leaf, _FILE_FLAGS, dir_fd=directory)
+    fd = os.open(leaf, FILE_FLAGS, dir_fd=directory)
     if stat.S_ISREG(os.fstat(fd).st_mode):
         return fd
     os.close(fd)

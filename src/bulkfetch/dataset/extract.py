@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bulkfetch.dataset import Dataset
+from bulkfetch.dataset.base import Dataset
 from bulkfetch.errors import DataUnreadable, UsageError
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
 from bulkfetch.sinks.directory import DirectorySink

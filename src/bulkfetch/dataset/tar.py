@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from operator import itemgetter
 from pathlib import Path
 
-from bulkfetch.dataset import (
-    _FILE_FLAGS,
+from bulkfetch.dataset.base import (
+    FILE_FLAGS,
     Dataset,
     MemberInfo,
     OnError,
-    _matcher,
+    matcher,
 )
 from bulkfetch.dest import index
 from bulkfetch.errors import DataCorrupt, DataUnreadable, UsageError
@@ -108,7 +108,7 @@ class TarDataset(Dataset):
 
     def items(self, pattern: str | None = None, *,
               on_error: OnError | None = None) -> Iterator[tuple[str, bytes]]:
-        match = _matcher(pattern)
+        match = matcher(pattern)
         with _ShardReader(self._dest_fd, self.dest, sequential=True) as reader:
             for row in self._rows("ORDER BY m.rowid"):
                 if not match(row[0]):
@@ -126,10 +126,10 @@ class TarDataset(Dataset):
         with self._index_errors():
             rows = self._conn.execute("SELECT CAST(name AS TEXT) FROM members ORDER BY rowid")
             # map/filter keep the per-name work in C: listings run to billions of names
-            yield from filter(_matcher(pattern), map(itemgetter(0), rows))
+            yield from filter(matcher(pattern), map(itemgetter(0), rows))
 
     def infos(self, pattern: str | None = None) -> Iterator[MemberInfo]:
-        match = _matcher(pattern)
+        match = matcher(pattern)
         for row in self._rows("ORDER BY m.rowid"):
             if match(row[0]):
                 yield _info(row)
@@ -202,7 +202,7 @@ class _ShardReader:
         # A running tar sink commits a shard's rows just before renaming .tar.part to .tar.
         for candidate in (file, file + ".part"):
             try:
-                fd = os.open(candidate, _FILE_FLAGS, dir_fd=self._dest_fd)
+                fd = os.open(candidate, FILE_FLAGS, dir_fd=self._dest_fd)
                 break
             except FileNotFoundError:
                 continue

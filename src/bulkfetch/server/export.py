@@ -29,7 +29,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from bulkfetch.server.app import BAD_TOKEN_BODY, NOT_FOUND_BODY, http_date, rend
 from bulkfetch.server.dataset import Entry, SyntheticDataSet
 from bulkfetch.server.options import ServeOptions
 from bulkfetch.server.tokens import TokenCodec
+from bulkfetch.util.ports import free_port
 
 MARKER = ".bulkfetch-export"  # lets a later export replace this one, and nothing else
 GET_PREFIX = "/get/"
@@ -70,12 +70,12 @@ def export_static(options: ServeOptions, directory: str, progress: bool = False)
                                options.file_size, options.nested, salt=options.etag_salt,
                                epoch=options.epoch, mutate_rate=options.mutate_rate)
     root = _prepare(Path(directory).absolute(), dataset)
-    port = options.port or _free_port(options.host)
+    port = options.port or free_port(options.host)
     list_port = None
     if options.s3_bucket is not None:
-        list_port = _free_port(options.host)
+        list_port = free_port(options.host)
         while list_port == port:
-            list_port = _free_port(options.host)
+            list_port = free_port(options.host)
     meter = _Meter(options.files, sys.stderr if progress else None)
     with (open(root / "etags.map", "w", encoding="ascii") as etags,
           open(root / "modified.map", "w", encoding="ascii") as modified):
@@ -160,13 +160,6 @@ def _remove_stale_files(files: Path, dataset: SyntheticDataSet) -> None:
                 os.unlink(os.path.join(directory, name))
         if relative != "." and not os.listdir(directory):
             os.rmdir(directory)
-
-
-def _free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 # -- data -------------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from bulkfetch.util.ports import free_port
+
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -183,12 +185,6 @@ def push(layout: Path, tag: str, registry: str, repo: str, *,
 
 
 # -- servers -------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], what: str,
                    log: Path) -> None:
     deadline = time.monotonic() + 20
@@ -359,7 +355,7 @@ class BlobHost(_Process):
 
     def __enter__(self) -> BlobHost:
         self.work.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
+        self.port = free_port()
         self.log_path = self.work / "access.log"
         self.log_path.touch()
         user = "user root;\n" if os.geteuid() == 0 else ""
@@ -437,7 +433,7 @@ class Registry(_Process):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = Path(self.data_dir or self.workdir / "data")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
+        self.port = free_port()
         config: dict[str, Any] = {
             "version": 0.1, "log": {"level": "info", "accesslog": {"disabled": False}},
             "storage": {"filesystem": {"rootdirectory": str(self.data_dir)},
