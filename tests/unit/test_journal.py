@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from bulkfetch.cli.status import render_status
 from bulkfetch.dest.journal import Journal
-from bulkfetch.dest.journal_reader import read_status, render_status
+from bulkfetch.dest.journal_reader import read_status
 from bulkfetch.errors import (
     BulkfetchError,
     DestBusy,

@@ -11,10 +11,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bulkfetch.config import GetOptions
+from bulkfetch.dest.status_file import read_live
 from bulkfetch.errors import UsageError
 from bulkfetch.models import LATENCY_BUCKETS, Failure, Progress, Report, Tick
 from bulkfetch.runners import live
-from bulkfetch.runners.live import LiveStatus, read_live, reason_kind
+from bulkfetch.runners.live import LiveStatus, reason_kind
 from bulkfetch.runners.metrics import MetricsServer, check_available, parse_address
 
 

@@ -159,7 +159,7 @@ def _name(name: str) -> str | bytes:
     return _enc(redact_text(name))
 
 
-def _dec(value: str | bytes) -> str:
+def decode_text(value: str | bytes) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
 
 
@@ -195,42 +195,42 @@ def _differences(old: object, new: object, prefix: str = "") -> list[str]:
 # ---------------------------------------------------------------------------- schema
 
 
-def _corrupt(path: Path, why: str) -> JournalCorrupt:
+def corrupt_journal(path: Path, why: str) -> JournalCorrupt:
     return JournalCorrupt(f"{path} {why}: use --restart to start over (files already "
                           "downloaded are kept), or choose another DEST")
 
 
-def _check_schema(conn: sqlite3.Connection, path: Path) -> bool:
+def check_schema(conn: sqlite3.Connection, path: Path) -> bool:
     """True when the file holds our schema, False when it is empty; else JournalCorrupt."""
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
     except sqlite3.DatabaseError as exc:
-        raise _corrupt(path, f"is not a valid bulkfetch journal ({exc})") from None
+        raise corrupt_journal(path, f"is not a valid bulkfetch journal ({exc})") from None
     if app_id == 0 and version == 0 and tables == 0:
         return False
     if app_id != APPLICATION_ID:
-        raise _corrupt(path, "is not a bulkfetch journal")
+        raise corrupt_journal(path, "is not a bulkfetch journal")
     if version != SCHEMA_VERSION:
-        raise _corrupt(path, f"was written by another bulkfetch version (journal schema "
+        raise corrupt_journal(path, f"was written by another bulkfetch version (journal schema "
                              f"{version}, this version reads {SCHEMA_VERSION})")
     try:
         if conn.execute("SELECT count(*) FROM run").fetchone()[0] != 1:
-            raise _corrupt(path, "is damaged (no run record)")
+            raise corrupt_journal(path, "is damaged (no run record)")
     except sqlite3.DatabaseError as exc:
-        raise _corrupt(path, f"is damaged ({exc})") from None
+        raise corrupt_journal(path, f"is damaged ({exc})") from None
     return True
 
 
-def _totals(row: tuple[Any, ...]) -> Totals:
+def totals_of(row: tuple[Any, ...]) -> Totals:
     listed, done, f_listed, ok, failed, nbytes, listing_done, started, updated = row
     return Totals(listed, done, f_listed, ok, failed, nbytes, bool(listing_done), started, updated)
 
 
-_TOTALS_SQL = ("SELECT pages_listed, pages_done, files_listed, files_ok, files_failed, bytes, "
+TOTALS_SQL = ("SELECT pages_listed, pages_done, files_listed, files_ok, files_failed, bytes, "
                "listing_done, started_at, updated_at FROM run")
-_FAILURES_SQL = "SELECT name, reason, attempts FROM failures ORDER BY seq, name LIMIT ?"
+FAILURES_SQL = "SELECT name, reason, attempts FROM failures ORDER BY seq, name LIMIT ?"
 
 
 # ---------------------------------------------------------------------------- journal
@@ -254,7 +254,8 @@ class Journal:
         try:
             dest.mkdir(parents=True, exist_ok=True)
             if state.is_symlink() or (state.exists() and not state.is_dir()):
-                raise _corrupt(state, "is not a directory bulkfetch made (a symlink or a file)")
+                raise corrupt_journal(state, "is not a directory bulkfetch made (a symlink or "
+                                             "a file)")
             state.mkdir(exist_ok=True)
             lock_fd = lock_dest(dest, state / LOCK_NAME)
         except OSError as exc:
@@ -284,7 +285,7 @@ class Journal:
         except sqlite3.Error as exc:
             raise JournalIOError(f"cannot open the journal {path}: {exc}") from None
         try:
-            exists = _check_schema(conn, path)
+            exists = check_schema(conn, path)
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
@@ -308,11 +309,11 @@ class Journal:
             except sqlite3.OperationalError as exc:
                 raise JournalIOError(f"cannot open the journal {path}: {exc}") from None
             except sqlite3.DatabaseError as exc:
-                raise _corrupt(path, f"is damaged ({exc})") from None
+                raise corrupt_journal(path, f"is damaged ({exc})") from None
             try:
                 old = json.loads(stored)
             except ValueError:
-                raise _corrupt(path, "is damaged (unreadable fingerprint)") from None
+                raise corrupt_journal(path, "is damaged (unreadable fingerprint)") from None
             new = json.loads(fp_json)
             if old != new:
                 diff = tuple(_differences(old, new))
@@ -348,7 +349,7 @@ class Journal:
         except sqlite3.DatabaseError as exc:
             if type(exc) is not sqlite3.DatabaseError:  # misuse (wrong thread ...): a bug
                 raise
-            raise _corrupt(self.path, f"is damaged ({exc})") from None
+            raise corrupt_journal(self.path, f"is damaged ({exc})") from None
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -423,15 +424,15 @@ class Journal:
             rows = self._db.execute(
                 f"SELECT seq, token, next_token FROM pages WHERE {where} ORDER BY seq"
             ).fetchall()
-        return [(seq, None if tok == "" else _dec(tok), None if nxt is None else _dec(nxt))
-                for seq, tok, nxt in rows]
+        return [(seq, None if tok == "" else decode_text(tok),
+                 None if nxt is None else decode_text(nxt)) for seq, tok, nxt in rows]
 
     def page_tokens(self) -> list[tuple[str, str | None]]:
         """(token, next token) of every journaled page: what a key-range listing has
         covered (listing/ranges.py)."""
         with self._translated():
             rows = self._db.execute("SELECT token, next_token FROM pages").fetchall()
-        return [(_dec(tok), None if nxt is None else _dec(nxt)) for tok, nxt in rows]
+        return [(decode_text(tok), None if nxt is None else decode_text(nxt)) for tok, nxt in rows]
 
     def last_page(self) -> tuple[int, str | None] | None:
         """(seq, token) of the last journaled page; None before the first."""
@@ -439,7 +440,7 @@ class Journal:
         if row is None:
             return None
         seq, tok = row
-        return seq, None if tok == "" else _dec(tok)
+        return seq, None if tok == "" else decode_text(tok)
 
     def resume_point(self) -> tuple[int, str | None, bool]:
         (done,) = self._one("SELECT listing_done FROM run")
@@ -447,7 +448,7 @@ class Journal:
         if row is None:
             return 0, None, bool(done)
         seq, nxt = row
-        return seq + 1, None if nxt is None else _dec(nxt), bool(done)
+        return seq + 1, None if nxt is None else decode_text(nxt), bool(done)
 
     # -- results
 
@@ -505,14 +506,14 @@ class Journal:
     # -- reading
 
     def totals(self) -> Totals:
-        return _totals(self._one(_TOTALS_SQL))
+        return totals_of(self._one(TOTALS_SQL))
 
     def failures(self, limit: int = 1000) -> list[Failure]:
         with self._translated():
-            # not _FAILURES_SQL: `status` reads journals older than the url column with it
+            # not FAILURES_SQL: `status` reads journals older than the url column with it
             rows = self._db.execute("SELECT name, reason, attempts, url FROM failures "
                                     "ORDER BY seq, name LIMIT ?", (limit,)).fetchall()
-        return [Failure(_dec(name), reason, attempts, url or "")
+        return [Failure(decode_text(name), reason, attempts, url or "")
                 for name, reason, attempts, url in rows]
 
     def failure_count(self) -> int:
@@ -538,7 +539,7 @@ class Journal:
                         f"{columns} WHERE (seq, name) > (?, ?) ORDER BY seq, name LIMIT ?",
                         (*after, _CHUNK)).fetchall()
             for seq, name, reason, attempts, url in rows:
-                yield seq, Failure(_dec(name), reason, attempts, url or "")
+                yield seq, Failure(decode_text(name), reason, attempts, url or "")
             if len(rows) < _CHUNK:
                 return
             after = rows[-1][:2]

@@ -9,7 +9,6 @@ loop pays one clock read per turn. Writing never fails the run: status is a by-p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -22,14 +21,14 @@ from typing import Any
 
 from bulkfetch.config import GetOptions
 from bulkfetch.dest.journal import STATE_DIR
+from bulkfetch.dest.status_file import STATUS_NAME, STATUS_VERSION
 from bulkfetch.models import LATENCY_BUCKETS, Failure, Progress, Report, Tick
 from bulkfetch.runners.signals import say
+from bulkfetch.util.atomic import write_atomically
 
-STATUS_NAME = "status.json"
 SNAPSHOT_S = 0.25  # a scrape sees numbers at most this old
 WRITE_S = 1.0  # status.json (and metrics.prom) rewritten at most this often
 RATE_WINDOW_S = 10.0  # files/s and bytes/s over about this much of the recent past
-STATUS_VERSION = 1
 
 _HTTP = re.compile(r"^HTTP (\d{3})\b")
 _CURL = re.compile(r"\(curl error (\d+)\)")
@@ -209,25 +208,3 @@ class LiveStatus:
     def close(self) -> None:
         if self.metrics is not None:
             self.metrics.close()
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """`text` into `path` through a temporary file and a rename: a reader never sees half."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
-
-
-def read_live(dest: Path) -> dict[str, Any] | None:
-    """DEST's status.json as written by the last run, or None when there is none or it
-    cannot be read (a run that never got that far, or a damaged file)."""
-    try:
-        found = json.loads((Path(dest) / STATE_DIR / STATUS_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) else None

@@ -162,7 +162,7 @@ class MetricsServer:
         return generate_latest(self.registry).decode("utf-8")
 
     def write_file(self, state_dir: Path) -> None:
-        from bulkfetch.runners.live import write_atomically
+        from bulkfetch.util.atomic import write_atomically
 
         write_atomically(state_dir / METRICS_FILE, self.text())
 

@@ -1,7 +1,8 @@
 """Files that must survive a crash whole: written to a temporary name beside them, fsynced,
 renamed into place, and the rename made durable by an fsync of the directory. A reader
 sees the old file or the whole new one, never a part, after a kill or a power loss.
-(status.json, rewritten every second, takes the rename without the fsyncs: runners/live.py.)"""
+A file rewritten every second (status.json, metrics.prom) takes the rename without the
+fsyncs: write_atomically()."""
 
 from __future__ import annotations
 
@@ -42,3 +43,15 @@ def fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary file and a rename: a reader never sees half."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
