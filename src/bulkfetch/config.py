@@ -5,13 +5,30 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from bulkfetch.errors import UsageError
 from bulkfetch.models import SHOWN_IN_FLIGHT
 
-if TYPE_CHECKING:
-    from bulkfetch.oci.blobs import BlobPlan
+
+class SourcePlan(Protocol):
+    """A source the caller hands over whole instead of a URL to list (`bulkfetch pull`: the
+    blobs its manifests name). The source kind registered under `kind` reads it
+    (sources/registry.py). A run of a plan starts a new journal every time: the caller
+    decides what is still missing."""
+
+    @property
+    def kind(self) -> str:
+        """The registered source kind that reads this plan."""
+        ...
+
+    def identity(self) -> str:
+        """What the run's fingerprint records as its source: what is fetched, not how."""
+        ...
+
+    def summary(self) -> dict[str, object]:
+        """For reports: sizes and counts, never credentials or tokens."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -376,10 +393,11 @@ class GetOptions:
     # --metrics HOST:PORT: Prometheus text served there, and the workers keep the latency
     # histogram and in-flight counts by host that it shows (not in fingerprint() either).
     metrics: str | None = None
-    # `bulkfetch pull`: the blobs its manifests name (the source then is this plan). Such a
+    # A source given whole (`bulkfetch pull`: the blobs its manifests name); the run's
+    # source is then the plan, read by its registered kind (sources/registry.py). Such a
     # run starts a new journal every time (the pull itself finds what is missing) and keeps
     # the partial files, which are named by content.
-    blobs: BlobPlan | None = None
+    plan: SourcePlan | None = None
     shown_in_flight: int = SHOWN_IN_FLIGHT  # big files in flight a tick names (display rows)
     runner: RunnerOptions = field(default_factory=RunnerOptions)
     # A JSON listing API of another shape than the seed API's (None: the seed API's fast
@@ -415,10 +433,10 @@ class GetOptions:
 
         # Header values are secrets: a report shows their names. A pull's plan holds
         # credentials and tokens: a report shows only its size.
-        found = asdict(replace(self, blobs=None, auth=RequestAuth()))
+        found = asdict(replace(self, plan=None, auth=RequestAuth()))
         found["auth"] = self.auth.summary()
-        if self.blobs is not None:
-            found["blobs"] = self.blobs.summary()
+        if self.plan is not None:
+            found["plan"] = self.plan.summary()
         return found
 
 

@@ -6,6 +6,7 @@ boundary except inside a page's failure list.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -93,15 +94,36 @@ def largest_first(entry: InFlight) -> tuple[int, str]:
     return -max(entry[1], entry[2]), entry[0]
 
 
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """A worker's cumulative counters, sent about every 100 ms."""
+@dataclass(slots=True, kw_only=True)
+class Counts:
+    """What every level of a run counts, declared once: a worker's Tick, the coordinator's
+    Progress, the live status (runners/live.py) and the Report are each Counts and more.
+    Keyword-only, so each keeps its own first fields (Tick's worker, Report's source). Not
+    frozen: a Report is the caller's to change."""
 
-    worker: int
     files_ok: int = 0
     files_failed: int = 0
     bytes: int = 0
     retries: int = 0
+
+    @staticmethod
+    def total(many: Iterable[Counts]) -> Counts:
+        """The four counters summed over `many` (the workers' latest ticks)."""
+        files_ok = files_failed = nbytes = retries = 0
+        for counts in many:
+            files_ok += counts.files_ok
+            files_failed += counts.files_failed
+            nbytes += counts.bytes
+            retries += counts.retries
+        return Counts(files_ok=files_ok, files_failed=files_failed, bytes=nbytes,
+                      retries=retries)
+
+
+@dataclass(slots=True)
+class Tick(Counts):
+    """A worker's cumulative counters, sent about every 100 ms."""
+
+    worker: int
     in_flight: int = 0
     partial_bytes: int = 0  # bytes of the big bodies in flight (not yet in `bytes`)
     largest: tuple[InFlight, ...] = ()  # the worker's largest big files in flight
@@ -125,14 +147,10 @@ class Tick:
     held_ticks: int = 0
 
 
-@dataclass(frozen=True)
-class Progress:
+@dataclass
+class Progress(Counts):
     """Everything a display needs at one moment (cumulative since the run began)."""
 
-    files_ok: int = 0
-    files_failed: int = 0
-    bytes: int = 0
-    retries: int = 0
     in_flight: int = 0
     pages_listed: int = 0
     pages_done: int = 0
@@ -151,15 +169,11 @@ class Progress:
 
 
 @dataclass
-class Report:
+class Report(Counts):
     """The outcome of a run: what `--report FILE.json` holds and download() returns."""
 
     source: str
     dest: str
-    files_ok: int = 0
-    files_failed: int = 0
-    bytes: int = 0
-    retries: int = 0
     pages: int = 0
     # Big files fetched in ranges: how many the server's answers made start over as one
     # stream, and how many were checked by size alone (no whole-file digest was stated).

@@ -17,7 +17,8 @@ from pathlib import Path
 from bulkfetch.config import GetOptions, SinkOptions
 from bulkfetch.dest.journal import Journal
 from bulkfetch.runners.dest import prepare_shards
-from bulkfetch.sinks import Sink, open_sink
+from bulkfetch.sinks import Sink, open_sink, sink_type
+from bulkfetch.sinks.base import SinkAbilities
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.spool import PARTIAL_DIR
 
@@ -37,18 +38,10 @@ class SinkCase:
     options: SinkOptions
 
     @property
-    def keeps_bodies(self) -> bool:
-        return self.options.kind != "null"
-
-    @property
-    def on_disk(self) -> bool:
-        """It stores into DEST (and so keeps partial files for a rerun to resume)."""
-        return self.options.kind in ("dir", "tar")
-
-    @property
-    def keeps_member_order(self) -> bool:
-        """Stored order is observable (tar members); ordered.py promises whole samples."""
-        return self.options.kind == "tar"
+    def abilities(self) -> SinkAbilities:
+        """What the case's kind of sink declares it does (sinks/base.py): the suite holds
+        each sink to it, and skips what it does not declare."""
+        return sink_type(self.options).abilities
 
 
 SINK_CASES = (
@@ -196,6 +189,6 @@ class SinkHarness:
             return sorted(entry.name for entry in self.dest.iterdir()
                           if entry.name != STATE and not FINISHED_SHARD.match(entry.name)
                           and not TAR_BOOKKEEPING.match(entry.name))
-        if not self.case.on_disk:
+        if not self.case.abilities.resumes:
             return sorted(entry.name for entry in self.dest.iterdir() if entry.name != STATE)
         return sorted(name for name, _ in self.stored() if name not in written)

@@ -96,8 +96,7 @@ class HostileCase:
 
 def signer_of(source: Source) -> Callable[[str], list[str]] | None:
     """url -> the headers a GET of it needs, for sources that sign requests (S3, a registry)."""
-    request_signer = getattr(source, "request_signer", None)
-    return request_signer() if request_signer is not None else None
+    return source.abilities().request_headers
 
 
 # -- the data set ---------------------------------------------------------------------------

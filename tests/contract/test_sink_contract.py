@@ -64,7 +64,7 @@ class Releases:
             assert report.seq in self.ended, f"page {report.seq} released before it ended"
             assert report.seq not in self.released, f"page {report.seq} released twice"
             self.released.append(report.seq)
-        if reports and self.harness.case.keeps_bodies:
+        if reports and self.harness.case.abilities.keeps:
             stored = self.harness.stored_map()
             for report in reports:
                 for name, body in self.ended[report.seq].items():
@@ -98,7 +98,7 @@ def write_page(sink: Sink, releases: Releases, seq: int, bodies: dict[str, bytes
 
 def assert_stored_exactly(harness: SinkHarness, expected: dict[str, bytes]) -> None:
     stored = harness.stored_map()
-    if not harness.case.keeps_bodies:
+    if not harness.case.abilities.keeps:
         assert stored == {}, f"the null sink stored {sorted(stored)[:5]}"
         return
     missing = sorted(set(expected) - set(stored))
@@ -178,7 +178,7 @@ def test_a_skipped_name_is_not_stored_and_the_rest_of_its_page_is(
     releases.assert_all_released()
     harness.close(sink)
     assert_stored_exactly(harness, kept)
-    if harness.case.keeps_member_order:
+    if harness.case.abilities.ordered:
         # whole samples, in listing order (sinks/ordered.py): webdataset reads them whole
         keys = [split_key(name)[0] for name, _ in harness.stored()]
         assert keys == sorted(keys), f"samples out of order or split: {keys}"
@@ -241,8 +241,9 @@ def test_a_partial_file_is_kept_for_the_next_sink_and_stores_like_a_spool(
     first = harness.open()
     first.begin_page(1, [name])
     partial = first.open_partial(partial_key(name))
-    if partial is None:  # allowed: this sink keeps nothing to resume (null, stream)
-        assert not harness.case.on_disk
+    # only a sink that declares it resumes keeps partial bytes (null and stream do not)
+    assert (partial is not None) == harness.case.abilities.resumes
+    if partial is None:
         harness.close(first)
         return
     partial.write_at(body[half:], half)  # parts arrive in any order
@@ -370,7 +371,7 @@ def test_a_sink_closed_mid_page_leaves_no_partial_body_under_a_final_name(
         assert name in written, f"{name!r} stored, but its body was never complete"
         assert body == written[name], f"{name!r} holds a partial or wrong body"
     # what was released before the crash stays: the journal will not fetch it again
-    for seq in releases.released if harness.case.keeps_bodies else ():
+    for seq in releases.released if harness.case.abilities.keeps else ():
         for name, body in releases.ended[seq].items():
             assert stored.get(name) == body, f"released page {seq} lost {name!r}"
     assert not [name for name in os.listdir(harness.dest) if name.endswith(".part")], \

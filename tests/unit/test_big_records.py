@@ -1,5 +1,6 @@
-"""BigFiles' records of a ranged file: a durable one (an fsync of the data, then the record)
-runs on a thread of its own, so that the hashing never waits behind an fsync."""
+"""The records of a file fetched in parts (engine/ranged.py): a durable one (an fsync of the
+data, then the record) runs on a thread of its own, so that the hashing never waits behind an
+fsync."""
 
 from __future__ import annotations
 
@@ -12,22 +13,25 @@ from types import SimpleNamespace
 
 import pytest
 
-from bulkfetch.engine import big as big_module
+from bulkfetch.engine import ranged as ranged_module
 from bulkfetch.engine import resume
-from bulkfetch.engine.big import BigFiles
+from bulkfetch.engine.layouts import PartLayouts
 from bulkfetch.engine.parts import RangedFile, SplitPlan
+from bulkfetch.engine.ranged import RangedFiles
 from bulkfetch.sinks.spool import FileSpool
 
 TOTAL = 3 << 20
 BODY = os.urandom(TOTAL)
 
 
-def big_files(dest: Path) -> BigFiles:
-    limits = SimpleNamespace(spool_above=1 << 20, split_above=1 << 20, parts=2,
-                             concurrency=4, workers=1)
-    fetcher = SimpleNamespace(options=SimpleNamespace(limits=limits, dest=str(dest)),
-                              verify=True, layout_request=None, gate=None)
-    return BigFiles(fetcher)  # type: ignore[arg-type]
+def ranged_files() -> RangedFiles:
+    """Only the hashing and recording threads are used here: nothing is stored or retried."""
+    transfers = SimpleNamespace(verify=True)
+
+    def store(*_: object) -> bool:
+        raise AssertionError("nothing is stored here")
+
+    return RangedFiles(transfers, PartLayouts(None), store)  # type: ignore[arg-type]
 
 
 def written_file(tmp_path: Path) -> RangedFile:
@@ -46,7 +50,7 @@ def written_file(tmp_path: Path) -> RangedFile:
 
 def test_the_hashing_goes_on_while_a_durable_record_waits_for_its_fsync(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    big = big_files(tmp_path)
+    files = ranged_files()
     file = written_file(tmp_path)
     release, entered = threading.Event(), threading.Event()
     real_fsync = os.fsync
@@ -57,11 +61,11 @@ def test_the_hashing_goes_on_while_a_durable_record_waits_for_its_fsync(
             assert release.wait(10)
         real_fsync(fd)
 
-    monkeypatch.setattr(big_module.os, "fsync", slow_fsync)
+    monkeypatch.setattr(ranged_module.resume.os, "fsync", slow_fsync)
     try:
-        big._checkpoint(file, durable=True)
+        files._checkpoint(file, durable=True)
         assert entered.wait(5)
-        big._hash_more(file, 0)
+        files.hash_more(file, 0)
         # behind the fsync on one thread, this would wait until the release below
         file.hashing.result(timeout=5)
         assert file.md5.digest() == hashlib.md5(BODY).digest()
@@ -72,7 +76,7 @@ def test_the_hashing_goes_on_while_a_durable_record_waits_for_its_fsync(
     assert file.idle()
     record = resume.load(file.spool.dir_fd, file.spool.name)
     assert record is not None and record.written == TOTAL and record.durable is None
-    big.close()
+    files.close()
     file.spool.discard()
 
 
@@ -122,21 +126,21 @@ def test_waiting_for_the_hashing_is_not_ended_by_a_record_finished_long_ago(
     spin, and on one core take the time the hashing needs."""
     from concurrent.futures import Future
 
-    big = big_files(tmp_path)
+    files = ranged_files()
     finished: Future[None] = Future()
     finished.set_result(None)
     running: Future[None] = Future()
     file = written_file(tmp_path)
     file.hashing, file.recording = running, finished
-    big.ranged.add(file)
+    files.files.add(file)
     timer = threading.Timer(0.2, running.set_result, (None,))
     timer.start()
     try:
         before = time.monotonic()
-        big.wait_hashing(5.0)
+        files.wait_hashing(5.0)
         waited = time.monotonic() - before
     finally:
         timer.cancel()
     assert running.done() and waited >= 0.15  # woken by the hash job, not the old record
-    big.close()
+    files.close()
     file.spool.discard()

@@ -9,7 +9,8 @@ from collections.abc import Iterable, Sequence
 from bulkfetch.config import RetryPolicy
 from bulkfetch.listing import carry
 from bulkfetch.listing.lister import Listed, Lister, ListingFinished
-from bulkfetch.sources.base import ListedPage
+from bulkfetch.sources.abilities import Abilities
+from bulkfetch.sources.listed import ListedPage
 from bulkfetch.util.samples import split_key
 
 
@@ -35,6 +36,9 @@ class Names:
 
     def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
         return None
+
+    def abilities(self) -> Abilities:
+        return Abilities()
 
 
 def key(item: str) -> str:

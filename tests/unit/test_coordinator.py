@@ -12,7 +12,7 @@ from bulkfetch.dest.journal import Journal
 from bulkfetch.listing.lister import Listed
 from bulkfetch.runners.coordinator import Coordinator
 from bulkfetch.sources import make_source
-from bulkfetch.sources.base import ListedPage
+from bulkfetch.sources.listed import ListedPage
 
 
 class BlockingOnlyQueue:

@@ -167,7 +167,7 @@ def test_new_hasher_has_hashlibs_face() -> None:
 
 
 def test_a_pinned_digest_replaces_what_the_server_states() -> None:
-    from bulkfetch.engine.digests import Pinned
+    from bulkfetch.sources.abilities import Pinned
 
     pinned = Pinned(len(BODY), "sha256", hashlib.sha256(BODY).digest())
     wrong_md5 = b64(hashlib.md5(b"other").digest())
@@ -181,7 +181,7 @@ def test_a_pinned_digest_replaces_what_the_server_states() -> None:
 
 
 def test_a_body_unlike_its_pin_fails_and_an_overlong_one_stops_at_the_pinned_size() -> None:
-    from bulkfetch.engine.digests import Pinned
+    from bulkfetch.sources.abilities import Pinned
 
     pinned = Pinned(len(BODY), "sha256", hashlib.sha256(BODY).digest())
     altered = BODY[:-1] + b"!"

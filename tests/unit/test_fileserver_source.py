@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from bulkfetch.config import SourceShape, Timeouts
-from bulkfetch.sources.base import ListedPage, ListingError
 from bulkfetch.sources.fileserver import FileServerSource
+from bulkfetch.sources.listed import ListedPage, ListingError
 
 URL = "http://user:secret@127.0.0.1:8080/list?next-marker=abc"
 

@@ -17,9 +17,9 @@ from bulkfetch.errors import UsageError
 from bulkfetch.listing.lister import _cut, _joined
 from bulkfetch.sources import make_source
 from bulkfetch.sources.apis import PRESETS, load_preset, resolve_shape
-from bulkfetch.sources.base import ListedPage
 from bulkfetch.sources.fileserver import FileServerSource
 from bulkfetch.sources.jsonapi import JsonApiSource
+from bulkfetch.sources.listed import ListedPage
 from bulkfetch.sources.pagination import PageError
 
 

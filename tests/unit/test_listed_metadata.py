@@ -10,14 +10,13 @@ import pickle
 import pytest
 
 from bulkfetch.config import S3Options, Timeouts
-from bulkfetch.engine.digests import LISTING, Pinned
 from bulkfetch.engine.parts import SplitPlan
 from bulkfetch.engine.stated import unlike_listing
-from bulkfetch.listing.ranges import KeyRange
 from bulkfetch.models import Page
 from bulkfetch.server.faults import FaultConfig, FaultPlan
 from bulkfetch.server.s3list import misstated
-from bulkfetch.sources.base import ListedPage, listed_metadata
+from bulkfetch.sources.abilities import LISTING, KeyRange, Pinned
+from bulkfetch.sources.listed import ListedPage, listed_metadata
 from bulkfetch.sources.s3 import S3Source, md5_of_etag
 
 MD5_A = hashlib.md5(b"a").hexdigest()

@@ -109,10 +109,12 @@ def test_the_blob_source_lists_one_blob_a_page_and_pins_each() -> None:
     assert source.resolve(blob(2).name) == (blob(2).name, blob(2).url)
     with pytest.raises(ValueError):
         source.resolve("blobs/sha256/../../etc/passwd")
-    pinned = source.pinned(blob(2).name)
+    abilities = source.abilities()
+    assert abilities.pinned is not None
+    pinned = abilities.pinned(blob(2).name)
     assert pinned is not None and pinned.size == 2 and pinned.digest == bytes.fromhex(
         blob(2).hex) and pinned.vouched_by == "the manifest"
-    assert source.request_signer() is None  # nothing to sign: no auth in the plan
+    assert abilities.request_headers is None  # nothing to sign: no auth in the plan
 
 
 def test_only_the_registry_gets_the_credentials() -> None:
@@ -138,6 +140,6 @@ def test_a_report_shows_the_plan_without_its_credentials() -> None:
     bearer = Authorizer(kind="bearer", token="tok-SECRET",
                         credentials=Credentials("alice", "s3cr3t"))
     plan = BlobPlan((blob(7),), (("http://r/v2/team/app/", bearer),))
-    shown = json.dumps(GetOptions(source=plan.identity(), dest="d", blobs=plan).as_dict())
+    shown = json.dumps(GetOptions(source=plan.identity(), dest="d", plan=plan).as_dict())
     assert "SECRET" not in shown and "s3cr3t" not in shown
-    assert '"blobs": {"blobs": 1, "bytes": 7}' in shown
+    assert '"plan": {"blobs": 1, "bytes": 7}' in shown

@@ -13,9 +13,9 @@ import pytest
 from bulkfetch.config import RetryPolicy
 from bulkfetch.listing import carry, ranges
 from bulkfetch.listing.lister import Listed, ListingFailed, ListingFinished
-from bulkfetch.listing.range_lister import RangeLister, RangePage
-from bulkfetch.listing.ranges import KeyRange
-from bulkfetch.sources.base import ListingError
+from bulkfetch.listing.range_lister import RangeLister
+from bulkfetch.sources.abilities import KeyRange, RangePage
+from bulkfetch.sources.listed import ListingError
 from bulkfetch.util.samples import split_key
 
 PAGE = 1000

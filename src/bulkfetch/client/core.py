@@ -34,8 +34,10 @@ from bulkfetch.client.memcache import MemoryCache
 from bulkfetch.client.s3_urls import S3Urls
 from bulkfetch.errors import BulkfetchError, FetchError
 from bulkfetch.models import Page, PageReport
+from bulkfetch.sinks.base import SinkAbilities
 from bulkfetch.sinks.null import NullSink
 from bulkfetch.sinks.spool import MemorySpool
+from bulkfetch.sources.abilities import Abilities
 
 __all__ = ["Client", "FetchError"]
 
@@ -71,6 +73,9 @@ class _Source:
     def plain_urls(self, items: Sequence[str]) -> None:
         return None
 
+    def abilities(self) -> Abilities:
+        return Abilities()  # s3:// URLs are signed once one comes (Transfers.sign_with)
+
     def resolve(self, item: str) -> tuple[str, str]:
         call, _, position = item.partition("-")
         found = self.calls.get(int(call))
@@ -85,6 +90,8 @@ class _Source:
 class _Deliver(NullSink):
     """The Fetcher's sink: each body, and each failure once its page reports it, goes to
     the call that asked for it. (Nothing to make durable: the rest is the null sink's.)"""
+
+    abilities = SinkAbilities()  # each body goes to the call that asked for it
 
     def __init__(self, calls: dict[int, _Call]) -> None:
         self.calls = calls
@@ -246,7 +253,7 @@ class Client:
                         return
                     held.append(page)
                 if self.signing is not None:  # the first s3:// URL with credentials
-                    fetcher.sign_with(self.signing.sign, self.signing.curl_options())
+                    fetcher.transfers.sign_with(self.signing.sign, self.signing.curl_options())
                     self.signing = None
                 while held and fetcher.wants_pages:
                     fetcher.add_page(held.popleft())

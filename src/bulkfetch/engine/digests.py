@@ -13,7 +13,6 @@ import base64
 import binascii
 import hashlib
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from bulkfetch.engine.multipart import PartsHasher, parse_name
@@ -182,51 +181,6 @@ def md5_hasher(verify: bool, keep_md5: bool, pinned_other: bool) -> Any:
     if keep_md5 or (verify and not pinned_other):
         return hashlib.md5(usedforsecurity=False)
     return NoMd5()
-
-
-LISTING = "the listing"  # a Pinned's vouched_by for what a listing states (S3)
-
-
-@dataclass(frozen=True, slots=True)
-class Pinned:
-    """A file's size and digest as the source itself vouches for them, before any server
-    answers (a registry blob: its manifest's descriptor; an S3 object: the listing's Size
-    and MD5 ETag). A digest replaces whatever digests the response states, and no more than
-    `size` bytes are ever taken. With no digest (`algorithm` ""; an object uploaded in
-    parts) the size alone is pinned and the response's digests are checked as usual."""
-
-    size: int
-    algorithm: str  # a hashlib name: sha256, sha512, md5; "" for the size alone
-    digest: bytes
-    vouched_by: str = "the source"  # for messages: "the manifest"
-
-    def stated(self, response: dict[str, bytes]) -> dict[str, bytes]:
-        """The digests to check a body against, given those its `response` states."""
-        return {self.algorithm: self.digest} if self.algorithm else response
-
-    def contradicts(self, total: int, response: dict[str, bytes]) -> str | None:
-        """Why a response of `total` bytes stating `response` is not the pinned file (a lie,
-        or an object that changed since it was listed), before its body is read, or None."""
-        changed = "changed since it was listed: " if self.vouched_by == LISTING else ""
-        if total != self.size:
-            return f"{changed}Content-Length {total}, {self.vouched_by} gives {self.size}"
-        if self.algorithm and response.get(self.algorithm, self.digest) != self.digest:
-            return f"{changed}the server states another {self.algorithm.upper()} than " \
-                f"{self.vouched_by} gives"
-        return None
-
-    def mismatch(self, body: bytes) -> str | None:
-        """Why a body held in memory is not the pinned file, or None."""
-        if len(body) != self.size:
-            return f"body of {len(body)} bytes, {self.vouched_by} gives {self.size}"
-        if not self.algorithm:
-            return None
-        import hashlib
-
-        if hashlib.new(self.algorithm, body).digest() != self.digest:
-            return f"{self.algorithm.upper()} of the body does not match the digest " \
-                f"{self.vouched_by} gives"
-        return None
 
 
 class _Crc:

@@ -31,7 +31,6 @@ from typing import Any
 
 from bulkfetch.engine.digests import (
     NoMd5,
-    Pinned,
     final_headers,
     final_status,
     md5_hasher,
@@ -42,6 +41,7 @@ from bulkfetch.engine.digests import (
 )
 from bulkfetch.sinks.base import SinkFailure, SinkFatal
 from bulkfetch.sinks.spool import FileSpool
+from bulkfetch.sources.abilities import Pinned
 
 READ_CHUNK = 1 << 20  # bytes read back per hash update
 PIECE_MIN = 16 << 20  # bytes of a piece, unless the file has fewer per connection

@@ -17,7 +17,6 @@ from typing import Any
 import pycurl
 
 from bulkfetch.engine.digests import (
-    Pinned,
     final_headers,
     final_status,
     md5_hasher,
@@ -28,6 +27,7 @@ from bulkfetch.engine.digests import (
 )
 from bulkfetch.engine.multipart import claims, fits
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Spool
+from bulkfetch.sources.abilities import Pinned
 
 # libcurl's read buffer for a spooled transfer: fewer, larger chunks through Python. The
 # small-file handles keep libcurl's default (16 KiB), which costs memory per handle.

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from bulkfetch.config import RetryPolicy
 from bulkfetch.listing import carry
-from bulkfetch.sources.base import ListedPage, ListingError, Source
+from bulkfetch.sources.base import Source
+from bulkfetch.sources.listed import ListedPage, ListingError
 
 
 @dataclass(frozen=True, slots=True)

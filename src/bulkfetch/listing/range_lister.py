@@ -18,54 +18,16 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
 
 import pycurl
 
 from bulkfetch.config import GetOptions, RetryPolicy
 from bulkfetch.listing import carry, ranges
 from bulkfetch.listing.lister import Listed, Lister, ListerThread, ListingFailed, ListingFinished
-from bulkfetch.listing.ranges import KeyRange
 from bulkfetch.net.curl import last_response
-from bulkfetch.sources.base import ListedPage, ListingError
-
-
-@dataclass(frozen=True, slots=True)
-class RangePage:
-    items: tuple[str, ...]  # what to fetch: the keys of the range, as items
-    keys: tuple[str, ...]  # every key the store listed in the range (for split points)
-    more: bool  # the range goes on after keys[-1]
-    sizes: tuple[int, ...] | None = None  # the items' sizes, when the store lists them
-    md5s: tuple[str, ...] | None = None  # the MD5s their ETags give (hex; "": none)
-    plain: bool = False  # every item a plain name (the source checked the page at once)
-
-
-class RangeSource(Protocol):
-    def list_range(self, span: KeyRange) -> RangePage:
-        """One attempt at the first page of `span`. Raises ListingError."""
-        ...
-
-    def clone(self) -> RangeSource:
-        """A copy for another thread (its own connection)."""
-        ...
-
-
-@runtime_checkable
-class MultiRangeSource(Protocol):
-    """A source whose list requests a curl multi can carry: list_range in pieces."""
-
-    def list_handle(self) -> pycurl.Curl:
-        """A new handle with everything a list request needs but its URL."""
-        ...
-
-    def range_url(self, span: KeyRange) -> str: ...
-
-    def range_page(self, span: KeyRange, status: int, headers: list[bytes],
-                   body: bytes) -> RangePage:
-        """The page of `span` in an answer. Raises ListingError."""
-        ...
-
-    def transfer_error(self, code: int, message: str, url: str) -> ListingError: ...
+from bulkfetch.sources.abilities import KeyRange, MultiRangeSource, RangePage, RangeSource
+from bulkfetch.sources.base import Source
+from bulkfetch.sources.listed import ListedPage, ListingError
 
 
 @dataclass(slots=True)
@@ -370,11 +332,12 @@ class RangeLister(ListerThread):
         return True
 
 
-def lister_from_start(source: Any, options: GetOptions) -> Lister | RangeLister:
+def lister_from_start(source: Source, options: GetOptions) -> Lister | RangeLister:
     """A lister of the whole source from its first page, with nothing journaled: key
     ranges at once for a source that lists by range (S3), else page after page."""
     ahead = options.limits.max_pages_out
-    if hasattr(source, "list_range"):
-        return RangeLister(source, options.retry, [], [], 0, True, ahead=ahead,
+    ranged = source.abilities().ranges
+    if ranged is not None:
+        return RangeLister(ranged, options.retry, [], [], 0, True, ahead=ahead,
                            concurrency=options.s3.list_concurrency)
     return Lister(source, options.retry, [], 0, None, list_more=True, ahead=ahead)

@@ -14,19 +14,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+from bulkfetch.sources.abilities import KeyRange
 
 _MARK = "range:"
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRange:
-    after: str | None  # exclusive; None: from the first key
-    upto: str | None  # inclusive; None: to the last key
-
-    def holds(self, key: str) -> bool:
-        return (self.after is None or key > self.after) and (self.upto is None
-                                                             or key <= self.upto)
 
 
 def token(span: KeyRange) -> str:
@@ -62,8 +53,10 @@ def _upper(value: tuple[int, str]) -> str | None:
     return None if value == _INF else value[1]
 
 
-def gaps(covered: Iterable[KeyRange], whole: KeyRange = KeyRange(None, None)
-         ) -> list[KeyRange]:
+EVERY_KEY = KeyRange(None, None)
+
+
+def gaps(covered: Iterable[KeyRange], whole: KeyRange = EVERY_KEY) -> list[KeyRange]:
     """The parts of `whole` no interval of `covered` holds, in key order. (Keys are never
     empty, so `after` None and "" are one bound.)"""
     spans = sorted((span.after or "", _high(span.upto)) for span in covered)

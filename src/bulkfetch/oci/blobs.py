@@ -14,10 +14,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from bulkfetch.engine.digests import Pinned
+from bulkfetch.config import GetOptions
 from bulkfetch.oci.auth import AuthError, Authorizer
-from bulkfetch.sources.base import ListedPage
+from bulkfetch.sources.abilities import Abilities, Pinned
+from bulkfetch.sources.base import Source
+from bulkfetch.sources.listed import ListedPage
+from bulkfetch.sources.registry import SourceKind, register
 
 BLOBS_PER_PAGE = 1  # a page per blob: blobs spread over the workers as they finish
 
@@ -33,6 +37,9 @@ class BlobSpec:
 
 @dataclass(frozen=True)
 class BlobPlan:
+    """A pull's blobs, handed to the engine whole (config.SourcePlan): read by BlobSource."""
+
+    kind: ClassVar[str] = "oci-blobs"
     blobs: tuple[BlobSpec, ...]
     # (URL prefix, what requests under it carry), longest prefix first: one per repository
     auth: tuple[tuple[str, Authorizer], ...] = ()
@@ -75,11 +82,12 @@ class BlobSource:
     def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
         return None  # names hold slashes: resolved one by one (a handful per pull)
 
-    def pinned(self, name: str) -> Pinned | None:
-        return self.pins.get(name)
-
-    def request_signer(self) -> object:
-        return self.headers if self.plan.auth else None
+    def abilities(self) -> Abilities:
+        """Each blob is checked against its manifest's size and digest (pinned), whatever
+        the registry states; requests to the registry carry its Authorization, renewed after
+        a 401 (reauthorize)."""
+        return Abilities(request_headers=self.headers if self.plan.auth else None,
+                         pinned=self.pins.get, reauthorize=self.reauthorize)
 
     def _authorizer(self, url: str) -> Authorizer | None:
         for prefix, authorizer in self.plan.auth:
@@ -104,3 +112,11 @@ class BlobSource:
             return authorizer.headers()
         except AuthError:  # the issuer is down: the old token, refused or not
             return [f"Authorization: Bearer {authorizer.token}"] if authorizer.token else []
+
+
+def _open(options: GetOptions, listing: bool) -> Source:
+    assert isinstance(options.plan, BlobPlan)
+    return BlobSource(options.plan)
+
+
+register(SourceKind(BlobPlan.kind, _open, "a pull's blobs"))

@@ -221,7 +221,7 @@ def plan_blobs(images: list[Resolved], dest: Path, cache: BlobCache | None,
 
 def engine_options(options: PullOptions, plan: BlobPlan) -> GetOptions:
     return GetOptions(
-        source=plan.identity(), dest=options.dest, blobs=plan,
+        source=plan.identity(), dest=options.dest, plan=plan,
         # Every blob goes the big-body way (streamed, hashed, in ranges when big): a
         # 1-byte in-memory limit stops the first attempt at its headers.
         limits=_with(options.limits, spool_above=1),

@@ -27,7 +27,7 @@ from bulkfetch.dest.journal import Journal, Totals
 from bulkfetch.errors import BulkfetchError, JournalIOError
 from bulkfetch.listing.lister import Listed, Lister, ListingFailed, ListingFinished
 from bulkfetch.listing.range_lister import RangeLister
-from bulkfetch.models import Page, PageReport, Progress, Report, Tick, largest_first
+from bulkfetch.models import Counts, Page, PageReport, Progress, Report, Tick, largest_first
 from bulkfetch.runners.dest import journal_stored_retries, remove_temporaries
 from bulkfetch.runners.live import LiveStatus
 from bulkfetch.runners.pool import Message, WorkerPool
@@ -35,7 +35,8 @@ from bulkfetch.runners.rate_shares import RateShares
 from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.runners.sync import SyncIndex
 from bulkfetch.sinks.directory import TMP_DIR, worker_tmp_name
-from bulkfetch.sources.base import listed_metadata, unusable_name
+from bulkfetch.sources.base import unusable_name
+from bulkfetch.sources.listed import listed_metadata
 from bulkfetch.util.samples import split_key
 
 ProgressCallback = Callable[[Progress], None]
@@ -88,12 +89,13 @@ class Coordinator:
     # -- progress ------------------------------------------------------------------------
     def progress(self, started: float) -> Progress:
         ticks = self.ticks.values()
+        moved = Counts.total(ticks)
         return Progress(
-            files_ok=self.resumed_ok + sum(t.files_ok for t in ticks),
+            files_ok=self.resumed_ok + moved.files_ok,
             files_failed=(self.journal_failed_before - self.failures_resent
-                          + sum(t.files_failed for t in ticks)),
-            bytes=self.resumed_bytes + sum(t.bytes for t in ticks),
-            retries=sum(t.retries for t in ticks),
+                          + moved.files_failed),
+            bytes=self.resumed_bytes + moved.bytes,
+            retries=moved.retries,
             in_flight=sum(t.in_flight for t in ticks),
             partial_bytes=sum(t.partial_bytes for t in ticks),
             largest=tuple(sorted((entry for t in ticks for entry in t.largest),
@@ -128,8 +130,9 @@ class Coordinator:
             say(f"bulkfetch: metrics at {metrics.url}\n")
         key_of = self._key_of if options.sink.kind == "tar" else None
         lister: Lister | RangeLister
-        if hasattr(self.source, "list_range"):  # key ranges listed at once (S3)
-            lister = RangeLister(self.source, options.retry, replay,
+        ranged = self.source.abilities().ranges
+        if ranged is not None:  # key ranges listed at once (S3)
+            lister = RangeLister(ranged, options.retry, replay,
                                  journal.page_tokens() if list_more else [], next_seq,
                                  list_more, ahead=options.limits.max_pages_out,
                                  concurrency=options.s3.list_concurrency, key_of=key_of)
@@ -453,7 +456,7 @@ class Coordinator:
             files_ok=totals.files_ok,
             files_failed=totals.files_failed,
             bytes=totals.bytes,
-            retries=sum(t.retries for t in ticks),
+            retries=Counts.total(ticks).retries,
             ranged_restarts=sum(t.ranged_restarts for t in ticks),
             ranged_size_only=sum(t.size_only for t in ticks),
             concurrency_final=sum(t.limit for t in ticks),

@@ -22,7 +22,7 @@ from typing import Any
 from bulkfetch.config import GetOptions
 from bulkfetch.dest.journal import STATE_DIR
 from bulkfetch.dest.status_file import STATUS_NAME, STATUS_VERSION
-from bulkfetch.models import LATENCY_BUCKETS, Failure, Progress, Report, Tick
+from bulkfetch.models import LATENCY_BUCKETS, Counts, Failure, Progress, Report, Tick
 from bulkfetch.runners.signals import say
 from bulkfetch.util.atomic import write_atomically
 
@@ -56,8 +56,8 @@ def reason_kind(reason: str) -> str:
     return "other"
 
 
-@dataclass(frozen=True)
-class Snapshot:
+@dataclass
+class Snapshot(Counts):
     """A run's numbers at one moment: what status.json holds and the metrics show.
     Counters are cumulative over the journal (files done by earlier runs count), as the
     Report's are."""
@@ -68,10 +68,6 @@ class Snapshot:
     started_at: float  # Unix time
     updated_at: float
     elapsed_s: float
-    files_ok: int = 0
-    files_failed: int = 0
-    bytes: int = 0
-    retries: int = 0
     in_flight: int = 0
     partial_bytes: int = 0
     pages_listed: int = 0

@@ -118,7 +118,7 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
     dest = Path(options.dest)
     try:
         journal = Journal.open(dest, options.fingerprint(),
-                               restart=options.restart or options.blobs is not None)
+                               restart=options.restart or options.plan is not None)
     except UsageError:
         raise
     except BulkfetchError as exc:

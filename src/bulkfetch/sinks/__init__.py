@@ -13,17 +13,29 @@ from bulkfetch.sinks.stream import StreamSink
 from bulkfetch.sinks.tar import TarSink
 
 
+def sink_type(options: SinkOptions) -> type[Sink]:
+    """The class of the sinks `options` ask for (its abilities are declared on it)."""
+    if options.kind == "null":
+        return NullSink
+    if options.kind in ("stream", "stream-each"):
+        return StreamSink
+    if options.kind == "tar":
+        return TarSink
+    return DirectorySink
+
+
 def open_sink(options: SinkOptions, dest: Path, worker: int, outbox: Any = None) -> Sink:
     """Worker `worker`'s sink; `outbox`, the worker's results channel, is where the stream
     kinds send bodies (bulkfetch.stream)."""
-    if options.kind == "null":
-        return NullSink()
-    if options.kind in ("stream", "stream-each"):
+    kind = sink_type(options)
+    if kind is StreamSink:
         return StreamSink(outbox, one_by_one=options.kind == "stream-each")
-    if options.kind == "tar":
+    if kind is TarSink:
         return TarSink(dest, worker, options.shard_files, options.shard_size)
-    return DirectorySink(dest, worker, options.fanout, options.fsync)
+    if kind is DirectorySink:
+        return DirectorySink(dest, worker, options.fanout, options.fsync)
+    return NullSink()
 
 
 __all__ = ["DirectorySink", "NullSink", "Sink", "SinkFailure", "SinkFatal", "StreamSink", "TarSink",
-           "open_sink"]
+           "open_sink", "sink_type"]

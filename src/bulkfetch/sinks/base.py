@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
 
 from bulkfetch.models import PageReport
 
@@ -53,7 +54,18 @@ class Spool(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class SinkAbilities:
+    """What a kind of sink does with what it is given, declared once by the class (the
+    contract suite, tests/contract, checks each sink against what it declares)."""
+
+    keeps: bool = True  # every body stored (or delivered) can be had back; null: discarded
+    resumes: bool = False  # keeps a big file's partial bytes across runs (open_partial)
+    ordered: bool = False  # a page's files stay whole samples in listing order (tar)
+
+
 class Sink(Protocol):
+    abilities: ClassVar[SinkAbilities]
     # Whether the sink keeps every stored body's MD5 (tar: its index, which dataset reads
     # and `hash --dest` check): the engine then hashes MD5 even under --no-verify, and
     # store_spool() never sees "" from it.
@@ -101,3 +113,19 @@ class Sink(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ConditionalSink(Protocol):
+    """A sink that takes pages of conditional requests (Page.headers: get --sync, a Client's
+    disk cache): it sees a 200's header lines before its body, and answers a 304 from what
+    it kept (engine/conditional.py)."""
+
+    def response_headers(self, name: str, lines: list[bytes]) -> None:
+        """The header lines of the 200 whose body `name` is about to be written."""
+        ...
+
+    def not_modified(self, name: str, lines: list[bytes]) -> None:
+        """A 304 answered `name`'s conditional request: what the sink kept stands. Raises
+        SinkFailure when it cannot."""
+        ...

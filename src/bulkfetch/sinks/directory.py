@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bulkfetch.dest.sums import SUMS_DIR, has_sums
 from bulkfetch.models import PageReport
-from bulkfetch.sinks.base import SinkFailure, SinkFatal, Writer, fatal_or_failure
+from bulkfetch.sinks.base import SinkAbilities, SinkFailure, SinkFatal, Writer, fatal_or_failure
 from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
 from bulkfetch.util.checksum_lines import sum_lines
 from bulkfetch.util.md5 import md5_hex
@@ -44,6 +44,8 @@ _OPEN_DIRS = 256
 
 
 class DirectorySink:
+    abilities = SinkAbilities(resumes=True)
+
     def __init__(self, dest: Path, worker: int, fanout: int = 0, fsync: bool = False) -> None:
         self.dest = dest
         # md5sum lines are written for the bodies that were hashed. Into a DEST whose earlier

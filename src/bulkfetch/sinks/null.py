@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bulkfetch.models import PageReport
-from bulkfetch.sinks.base import Writer
+from bulkfetch.sinks.base import SinkAbilities, Writer
 from bulkfetch.sinks.spool import NullSpool
 
 
@@ -14,6 +14,7 @@ def _discard(name: str, body: bytes, md5: str | None) -> None:
 
 
 class NullSink:
+    abilities = SinkAbilities(keeps=False)
     needs_md5 = False
 
     def begin_page(self, seq: int, names: Sequence[str] = ()) -> Writer:

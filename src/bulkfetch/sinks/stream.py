@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bulkfetch.models import PageReport
-from bulkfetch.sinks.base import Writer
+from bulkfetch.sinks.base import SinkAbilities, Writer
 from bulkfetch.sinks.null import NullSink
 from bulkfetch.sinks.spool import MemorySpool
 
@@ -37,6 +37,8 @@ class StreamSink(NullSink):
     """Sends ("bodies", seq, names, sizes, data) for each page, before the page's report,
     through `outbox` (the worker's results channel). Nothing is kept: a page is done once
     its bodies are sent, and a stream is not resumed."""
+
+    abilities = SinkAbilities()  # kept by the caller, who takes each body as it comes
 
     def __init__(self, outbox: Any, one_by_one: bool = False) -> None:
         self.outbox = outbox

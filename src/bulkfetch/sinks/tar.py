@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from bulkfetch.dest import index
 from bulkfetch.models import PageReport
-from bulkfetch.sinks.base import SinkFatal, Writer
+from bulkfetch.sinks.base import SinkAbilities, SinkFatal, Writer
 from bulkfetch.sinks.directory import TMP_DIR
 from bulkfetch.sinks.ordered import Held, PageInOrder, sample_keys
 from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
@@ -152,6 +152,7 @@ def _copy_file(source: int, target: int, size: int) -> None:
 
 
 class TarSink:
+    abilities = SinkAbilities(resumes=True, ordered=True)
     needs_md5 = True  # the index holds every member's MD5
 
     def __init__(self, dest: Path, worker: int, shard_files: int, shard_size: int) -> None:

@@ -1,40 +1,16 @@
-"""The Source protocol: list one page by token; turn a listed item into (name, URL)."""
+"""The Source protocol: list one page by token; turn a listed item into (name, URL); declare
+what else it can do (Abilities, sources/abilities.py)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import unquote_to_bytes
 
-import pycurl
-
-from bulkfetch.config import TlsOptions
-from bulkfetch.net.curl import tls_failure
-
-
-@dataclass(frozen=True, slots=True)
-class ListedPage:
-    items: tuple[str, ...]
-    next_token: str | None
-    total: int | None = None  # files in the whole listing, when the source says so
-    sizes: tuple[int, ...] | None = None  # the items' sizes, when the listing says them
-    md5s: tuple[str, ...] | None = None  # the items' MD5s (hex, "" unknown), likewise
-    plain: bool = False  # every item is a plain name (names.is_plain), as the source checked
-
-
-def listed_metadata(page: ListedPage, items: tuple[str, ...]
-                    ) -> tuple[tuple[int, ...] | None, tuple[str, ...] | None]:
-    """The sizes and MD5s `page` states for `items`, which are its own items or some of
-    them (a name listed twice is fetched once; a --retry-failed run fetches only the failed)."""
-    sizes, md5s = page.sizes, page.md5s
-    if items is page.items or (sizes is None and md5s is None):
-        return sizes, md5s
-    at = {item: index for index, item in enumerate(page.items)}
-    return (tuple(sizes[at[item]] for item in items) if sizes is not None else None,
-            tuple(md5s[at[item]] for item in items) if md5s is not None else None)
+from bulkfetch.sources.abilities import Abilities
+from bulkfetch.sources.listed import ListedPage
 
 
 def unusable_name(item: str) -> str:
@@ -57,20 +33,6 @@ def data_url_body(url: str) -> bytes:
     return unquote_to_bytes(data)
 
 
-class ListingError(Exception):
-    """A page could not be listed. `retryable`: another attempt may succeed; `usage`: only
-    the user can fix it."""
-
-    def __init__(self, message: str, retryable: bool, retry_after_s: float | None = None,
-                 usage: bool = False):
-        super().__init__(message)
-        self.retryable = retryable
-        self.retry_after_s = retry_after_s
-        # The user must change something (credentials, bucket, trust): the run stops with
-        # exit status 2, and rerunning the same command would not help.
-        self.usage = usage
-
-
 class Source(Protocol):
     def describe(self) -> str: ...
 
@@ -87,17 +49,7 @@ class Source(Protocol):
         in a URL, so name == item), else None: the caller then resolves item by item."""
         ...
 
-
-def listing_transfer_error(code: int, message: str, url: str, where: str, max_page_size: int,
-                           tls: TlsOptions | None) -> ListingError:
-    """What a list request libcurl failed with means (`url`: where it went, after any
-    redirect; `where`: the listing, for the message): a page over --max-page-size or a
-    refused certificate is final, anything else is worth another try."""
-    if code == pycurl.E_FILESIZE_EXCEEDED:
-        return ListingError(f"{where}: a list page larger than {max_page_size:,} bytes; a "
-                            "server sending pages this large is broken or hostile (raise "
-                            "--max-page-size if you trust it)", retryable=False)
-    fatal = tls_failure(code, message, url, tls)
-    if fatal is not None:  # retrying would only ask the same certificate again
-        return ListingError(fatal, retryable=False, usage=True)
-    return ListingError(f"{where}: {message} (curl error {code})", retryable=True)
+    def abilities(self) -> Abilities:
+        """What the source can do beyond this protocol (Abilities() for nothing more). A
+        caller asks once, when it builds its fetcher or lister."""
+        ...

@@ -17,7 +17,8 @@ from bulkfetch.net.curl import (
     retry_after_seconds,
     retryable_status,
 )
-from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
+from bulkfetch.sources.abilities import Abilities
+from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
 from bulkfetch.util.names import all_plain, is_plain
 
 
@@ -91,6 +92,9 @@ class FileServerSource:
 
     def describe(self) -> str:
         return redact(self.base)
+
+    def abilities(self) -> Abilities:
+        return Abilities()  # plain GETs, checked by what the server states
 
     def list_url(self, token: str | None) -> str:
         url = self.base + self.shape.list_path

@@ -30,10 +30,11 @@ from bulkfetch.net.curl import (
     perform_get,
 )
 from bulkfetch.net.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
-from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
+from bulkfetch.sources.abilities import Abilities
 from bulkfetch.sources.fileserver import CREDENTIALS_NEEDED, _where, json_page, redact
 from bulkfetch.sources.headers import HostHeaders
 from bulkfetch.sources.jsonpaths import column, compile_path, hex_digests, size_of
+from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
 from bulkfetch.sources.pagination import PageError, Paginator
 from bulkfetch.util.names import all_plain, is_plain
 
@@ -106,27 +107,18 @@ class JsonApiSource:
     def describe(self) -> str:
         return redact(self.list_url)
 
-    # -- the engine's per-transfer hooks (fetcher.py) ---------------------------------------
-    @property
-    def follows_redirects(self) -> bool:
-        """The engine follows this source's redirects itself (with headers per hop), as
-        libcurl's are off whenever the user's headers ride along (curl_options)."""
-        return self.headers is not None
-
-    def curl_options(self) -> list[tuple[int, object]]:
-        """Every handle: no libcurl redirects when headers ride along (the engine follows
-        them, headers chosen per hop); --netrc's credentials, which libcurl sends only to
-        the host they are for."""
+    def abilities(self) -> Abilities:
+        """With the user's headers, each request's headers are chosen by its URL's host
+        (HostHeaders, never empty), and libcurl follows no redirect: the engine does, each
+        hop with its own host's headers. --netrc's credentials go on every handle: libcurl
+        sends them only to the host they are for."""
         options: list[tuple[int, object]] = []
         if self.headers is not None:
             options.append((pycurl.FOLLOWLOCATION, 0))
         if self.auth.netrc:
             options.append((pycurl.NETRC, pycurl.NETRC_OPTIONAL))
-        return options
-
-    def request_signer(self) -> HostHeaders | None:
-        """url -> the headers of a request to it, set on every transfer (never empty)."""
-        return self.headers
+        return Abilities(curl_options=tuple(options), request_headers=self.headers,
+                         follows_redirects=self.headers is not None)
 
     # -- resolving --------------------------------------------------------------------------
     def resolve(self, item: str) -> tuple[str, str]:
@@ -275,7 +267,7 @@ class JsonApiSource:
             self._handle = new_handle(self.timeouts, self.tls)
             # libcurl refuses a larger announced Content-Length and stops a longer body.
             self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
-            for option, value in self.curl_options():
+            for option, value in self.abilities().curl_options:
                 self._handle.setopt(option, value)
         handle = self._handle
         hops = 0

@@ -25,8 +25,6 @@ from urllib.parse import quote, unquote_plus
 import pycurl
 
 from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, S3Options, Timeouts, TlsOptions
-from bulkfetch.listing.range_lister import RangePage
-from bulkfetch.listing.ranges import KeyRange
 from bulkfetch.net.curl import (
     header_value,
     new_handle,
@@ -37,7 +35,8 @@ from bulkfetch.net.curl import (
 from bulkfetch.s3.profiles import resolve_settings
 from bulkfetch.s3.settings import S3Settings, parse_s3_url
 from bulkfetch.s3.signer import CHECKSUM_MODE, ObjectSigner
-from bulkfetch.sources.base import ListedPage, ListingError, listing_transfer_error
+from bulkfetch.sources.abilities import Abilities, KeyRange, RangePage
+from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
 from bulkfetch.util.names import all_plain
 
 KEYS_PER_PAGE = 1000  # ListObjectsV2's most
@@ -188,24 +187,22 @@ class S3Source:
     def describe(self) -> str:
         return f"s3://{self.bucket}/{self.prefix} ({self.settings.describe()})"
 
-    def curl_options(self) -> list[tuple[int, Any]]:
-        """Options every object request of this source needs, set once per handle. The
-        object's stored checksum comes back with it (x-amz-checksum-*): an object uploaded
-        in parts has no MD5 ETag, and is checked by that (engine/digests.py). A signed
-        source's headers come from request_signer() per request instead, and it follows no
-        redirect: libcurl would send them (the session token among them) to any host a
-        3xx names; S3 redirects only to say the bucket is elsewhere, a failure to name."""
-        if self.settings.credentials is not None:
-            return [(pycurl.FOLLOWLOCATION, 0)]
-        return [(pycurl.HTTPHEADER, [CHECKSUM_MODE])]
-
-    def request_signer(self) -> Callable[[str], list[str]] | None:
-        """url -> the headers of a signed GET of that object now (s3/signer.py: a few us
-        where libcurl's signer takes 15), or None for unsigned requests."""
+    def abilities(self) -> Abilities:
+        """Every object request asks for the object's stored checksum (x-amz-checksum-*):
+        an object uploaded in parts has no MD5 ETag, and is checked by that
+        (engine/digests.py), its layout asked by layout_request. A signed source's headers
+        come per request (s3/signer.py: a few us where libcurl's signer takes 15), and it
+        follows no redirect: libcurl would send them (the session token among them) to any
+        host a 3xx names; S3 redirects only to say the bucket is elsewhere, a failure to
+        name, not a hop to follow. Its keys are listed in ranges at once."""
         credentials = self.settings.credentials
         if credentials is None:
-            return None
-        return ObjectSigner(credentials, self.settings.region, self._object_base).headers
+            return Abilities(curl_options=((pycurl.HTTPHEADER, [CHECKSUM_MODE]),),
+                             layout_request=self.layout_request, ranges=self)
+        signer = ObjectSigner(credentials, self.settings.region, self._object_base)
+        return Abilities(curl_options=((pycurl.FOLLOWLOCATION, 0),),
+                         request_headers=signer.headers, layout_request=self.layout_request,
+                         ranges=self)
 
     def layout_request(self, url: str) -> tuple[str, list[str]]:
         """The URL and headers of `HEAD url?partNumber=1`, which gives the size of an

@@ -30,8 +30,9 @@ from urllib.parse import unquote, urlsplit
 
 from bulkfetch.config import TableOptions
 from bulkfetch.errors import UsageError
-from bulkfetch.sources.base import ListedPage, ListingError
+from bulkfetch.sources.abilities import Abilities
 from bulkfetch.sources.collisions import collision_reason, first_urls
+from bulkfetch.sources.listed import ListedPage, ListingError
 from bulkfetch.sources.parquet import ParquetRows
 from bulkfetch.sources.urllist import url_name
 from bulkfetch.util.samples import split_key
@@ -103,6 +104,9 @@ class TableSource:
 
     def describe(self) -> str:
         return f"URLs in column {self.options.url_col!r} of {self.path}"
+
+    def abilities(self) -> Abilities:
+        return Abilities()
 
     def list_page(self, token: str | None) -> ListedPage:
         self._check_collisions()  # in the lister only: workers just resolve()

@@ -10,8 +10,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from urllib.parse import unquote, urlsplit
 
 from bulkfetch.errors import UsageError
-from bulkfetch.sources.base import ListedPage, ListingError
+from bulkfetch.sources.abilities import Abilities
 from bulkfetch.sources.collisions import collision_reason, first_urls
+from bulkfetch.sources.listed import ListedPage, ListingError
 
 LINES_PER_PAGE = 1000
 
@@ -29,6 +30,9 @@ class UrlListSource:
 
     def describe(self) -> str:
         return f"URLs listed in {self.path}"
+
+    def abilities(self) -> Abilities:
+        return Abilities()
 
     def list_page(self, token: str | None) -> ListedPage:
         if self.first_url is None:  # once, in the lister: workers only resolve()
