@@ -129,10 +129,11 @@ def bulkfetch_command() -> list[str]:
 @functools.cache
 def _compile_package() -> None:
     import compileall
+    import importlib.util
 
-    import bulkfetch
-
-    compileall.compile_dir(os.path.dirname(bulkfetch.__file__), quiet=1)
+    found = importlib.util.find_spec("bulkfetch")  # where it is, without importing it
+    if found is not None and found.submodule_search_locations:
+        compileall.compile_dir(next(iter(found.submodule_search_locations)), quiet=1)
 
 
 def start_reference(prefix: list[str], files: int, processes: int,
