@@ -84,14 +84,17 @@ def test_save_cols_add_the_rows_columns_as_a_json_member_of_the_same_sample(
 
 def test_save_cols_from_csv_keep_the_text(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
-    path.write_text("url,caption,width\nhttp://h/a/x.png,\"a, b\",12\nhttp://h/a/y.png,c\n")
+    path.write_text("url,caption,width\nhttp://h/a/x.png,\"a, b\",12\nhttp://h/a/y.png,c,\n"
+                    "http://h/a/z.png,d\n")  # (a row short of a field: a failure of its own)
     source = TableSource(str(path), TableOptions(save_cols=("caption", "width")))
     items = source.list_page(None).items
-    assert [source.resolve(i)[0] for i in items] == ["a/x.png", "a/x.json", "a/y.png",
-                                                     "a/y.json"]
+    assert [source.resolve(i)[0] for i in items[:4]] == ["a/x.png", "a/x.json", "a/y.png",
+                                                         "a/y.json"]
     values = [json.loads(base64.b64decode(source.resolve(i)[1][len(JSON_DATA):]))
-              for i in items[1::2]]
-    assert values == [{"caption": "a, b", "width": "12"}, {"caption": "c", "width": None}]
+              for i in items[1:4:2]]
+    assert values == [{"caption": "a, b", "width": "12"}, {"caption": "c", "width": ""}]
+    with pytest.raises(ValueError, match=r"row 2 \(line 4\): 2 fields where the header has 3"):
+        source.resolve(items[4])
 
 
 def test_parquet_errors_name_the_file_and_what_to_do(tmp_path: Path,

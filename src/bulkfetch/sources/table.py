@@ -44,6 +44,9 @@ JSON_DATA = "data:application/json;base64,"
 # A row as read: (URL, the name column's value or "", the --save-cols values or None), or a
 # str saying why a line is not a row.
 Row = tuple[str, str, dict[str, Any] | None] | str
+# ... with the line its row begins on (1 for the file's first; None where a journal of an
+# older bulkfetch resumes without line numbers)
+Lined = tuple[int | None, Row]
 
 
 def table_format(path: str) -> str | None:
@@ -72,6 +75,7 @@ class TableSource:
         self.rows_per_page = rows_per_page
         self.columns: list[str] = []
         self.body_start = 0  # the byte after the header row (CSV, TSV)
+        self.header_lines = 0  # ... and the lines it took
         self.parquet: ParquetRows | None = None
         self.first_url: dict[str, str] | None = None  # see _check_collisions()
         if not listing:  # a worker only resolves the items: no header, and no pyarrow
@@ -97,7 +101,13 @@ class TableSource:
 
     def _header(self, handle: IO[bytes]) -> tuple[list[str], int]:
         lines = _CountedLines(handle, bom=True)
-        return next(csv.reader(lines, delimiter=self._delimiter()), []), lines.consumed
+        try:
+            header = next(csv.reader(lines, delimiter=self._delimiter(), strict=True), [])
+        except csv.Error as exc:
+            raise UsageError(f"--from-file {self.path!r}: the header row is malformed ({exc})"
+                             ) from None
+        self.header_lines = lines.count
+        return header, lines.consumed
 
     def _delimiter(self) -> str:
         return "\t" if self.kind == "tsv" else ","
@@ -112,8 +122,13 @@ class TableSource:
         self._check_collisions()  # in the lister only: workers just resolve()
         if self.parquet is not None:
             return self._parquet_page(int(token) if token else 0)
-        offset, index = (int(part) for part in token.split(":")) if token else (
-            self.body_start, 0)
+        # (offset of the page's first row, its index, the lines before it): a journal of an
+        # older bulkfetch holds tokens without the lines
+        if token:
+            parts = [int(part) for part in token.split(":")]
+            offset, index, before = parts[0], parts[1], parts[2] if len(parts) > 2 else None
+        else:
+            offset, index, before = self.body_start, 0, self.header_lines
         items: list[str] = []
         lines: _CountedLines | None = None
         rows = 0
@@ -121,8 +136,8 @@ class TableSource:
             with open(self.path, "rb") as handle:
                 handle.seek(offset)
                 lines = _CountedLines(handle)
-                for row in self._rows(lines):
-                    items += self._items(index, row)
+                for line, row in self._rows(lines, before):
+                    items += self._items(index, row, line)
                     index += 1
                     rows += 1
                     if rows == self.rows_per_page:
@@ -130,9 +145,9 @@ class TableSource:
                 more = handle.read(1) != b""
         except OSError as exc:
             raise ListingError(f"reading {self.path}: {exc.strerror}", retryable=False) from None
-        except csv.Error as exc:
-            raise ListingError(f"{self.path}: row {index + 1}: {exc}", retryable=False) from None
         following = f"{offset + lines.consumed}:{index}"
+        if before is not None:
+            following += f":{before + lines.count}"
         return ListedPage(tuple(items), following if more else None)
 
     def _parquet_page(self, index: int) -> ListedPage:
@@ -158,50 +173,81 @@ class TableSource:
         return ListedPage(tuple(items), str(following) if following < self.parquet.total
                           else None)
 
-    def _rows(self, lines: Iterable[str]) -> Iterator[Row]:
+    def _rows(self, lines: _CountedLines, before: int | None) -> Iterator[Lined]:
+        """The rows from where `lines` starts, each with the line it begins on (`before`:
+        the lines before that point, None when unknown). A line or a CSV row that is not a
+        row of the table (not JSON; an unterminated quote, fields after a closing quote; more
+        or fewer fields than the header) is a str saying so: its row fails on its own, named
+        by its lines, and the rows after it are read on."""
         url_col, name_col = self.options.url_col, self.options.name_col
         save_cols = self.options.save_cols
+
+        def line_of(count: int) -> int | None:
+            return None if before is None else before + count + 1
+
         if self.kind == "jsonl":
             for line in lines:
+                where = line_of(lines.count - 1)
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
                 except ValueError as exc:
-                    yield f"not JSON: {exc}"
+                    yield where, f"not JSON: {exc}"
                     continue
                 if not isinstance(row, dict):
-                    yield "not a JSON object"
+                    yield where, "not a JSON object"
                     continue
                 url, name = row.get(url_col), row.get(name_col) if name_col else None
-                yield ("" if url is None else str(url), "" if name is None else str(name),
-                       {c: row.get(c) for c in save_cols} if save_cols else None)
+                yield where, ("" if url is None else str(url), "" if name is None else str(name),
+                              {c: row.get(c) for c in save_cols} if save_cols else None)
             return
         at = self.columns.index(url_col)
         named = self.columns.index(name_col) if name_col is not None else -1
         kept = [(c, self.columns.index(c)) for c in save_cols]
-        for values in csv.reader(lines, delimiter=self._delimiter()):
-            if values:
-                width = len(values)
-                yield (values[at] if at < width else "",
-                       values[named] if 0 <= named < width else "",
-                       {c: values[i] if i < width else None for c, i in kept} if kept else None)
+        columns = len(self.columns)
+        delimiter = self._delimiter()
+        reader = csv.reader(lines, delimiter=delimiter, strict=True)
+        while True:
+            start, at_byte = lines.count, lines.consumed
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                # The row fails alone, and the rows after it are read from the line after
+                # its first: an unterminated quote would otherwise take every line up to the
+                # next quote in the file (all of them, if there is none) with it.
+                yield line_of(start), f"malformed ({exc}); read on from the line after it"
+                lines.rewind(at_byte, start)
+                lines.skip_line()
+                reader = csv.reader(lines, delimiter=delimiter, strict=True)
+                continue
+            if not values:
+                continue
+            if len(values) != columns:
+                yield line_of(start), (f"{len(values)} fields where the header has "
+                                       f"{columns}")
+                continue
+            yield line_of(start), (values[at], values[named] if named >= 0 else "",
+                                   {c: values[i] for c, i in kept} if kept else None)
 
-    def _items(self, index: int, row: Row) -> list[str]:
+    def _items(self, index: int, row: Row, line: int | None = None) -> list[str]:
         """The row's item, and its --save-cols JSON item when it has a URL."""
+        label = f"row {index}" + (f" (line {line})" if line is not None else "")
         if isinstance(row, str):
-            return [f"row {index}\0\0row {index}: {row}"]
+            return [f"row {index}\0\0{label}: {row}"]
         url = row[0].strip()
         name = self._name(index, url, row[1])
         if "\0" in name or "\0" in url:  # NUL separates an item's parts: never in one
             which = "name" if "\0" in name else "URL"
-            return [f"{name.replace(chr(0), '?') or f'row {index}'}\0\0row {index}: its "
+            return [f"{name.replace(chr(0), '?') or f'row {index}'}\0\0{label}: its "
                     f"{which} holds a NUL character"]
         if not url:
-            return [f"{name or f'row {index}'}\0\0row {index}: no URL in column "
+            return [f"{name or f'row {index}'}\0\0{label}: no URL in column "
                     f"{self.options.url_col!r}"]
         if not name and self.options.name_col is not None:
-            return [f"row {index}\0\0row {index}: no name in column "
+            return [f"row {index}\0\0{label}: no name in column "
                     f"{self.options.name_col!r}"]
         if row[2] is not None or not url.startswith(("http://", "https://")):
             # Checked here, not only in resolve(): a row whose URL cannot be fetched gets no
@@ -259,7 +305,7 @@ class TableSource:
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.body_start)
-                for index, row in enumerate(self._rows(_CountedLines(handle))):
+                for index, (_, row) in enumerate(self._rows(_CountedLines(handle), None)):
                     if not isinstance(row, str) and row[0].strip():
                         yield self._name(index, row[0].strip(), row[1]), row[0].strip()
         except OSError as exc:
@@ -314,11 +360,24 @@ class _CountedLines:
 
     def __init__(self, handle: IO[bytes], bom: bool = False) -> None:
         self.handle = handle
+        self.start = handle.tell()
         self.consumed = 0
+        self.count = 0  # lines read
         self.bom = bom  # the first line may start with a UTF-8 byte-order mark
+
+    def rewind(self, consumed: int, count: int) -> None:
+        """Back to where `consumed` bytes and `count` lines had been read."""
+        self.handle.seek(self.start + consumed)
+        self.consumed, self.count = consumed, count
+
+    def skip_line(self) -> None:
+        raw = self.handle.readline()
+        self.consumed += len(raw)
+        self.count += 1 if raw else 0
 
     def __iter__(self) -> Iterator[str]:
         for raw in iter(self.handle.readline, b""):
             self.consumed += len(raw)
+            self.count += 1
             yield raw.decode("utf-8-sig" if self.bom else "utf-8", "surrogateescape")
             self.bom = False
