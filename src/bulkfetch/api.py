@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 
 from bulkfetch.config import (
     DEFAULT_MAX_PAGE_SIZE,
+    SHARD_FILES,
+    SHARD_SIZE,
     ApiShape,
     DeleteLimit,
     GetOptions,
@@ -51,8 +55,8 @@ def build_options(
     pages_ahead: int = 0,
     sink: str = "dir",
     fanout: int = 0,
-    shard_files: int = 100_000,
-    shard_size: int = 1 << 30,
+    shard_files: int = SHARD_FILES,
+    shard_size: int = SHARD_SIZE,
     verify: bool = True,
     retries: int = 8,
     max_retry_wait: float = 60.0,
@@ -236,4 +240,41 @@ def download(
     """
     from bulkfetch.runners.local import run
 
-    return run(build_options(url, dest, **options), on_progress=progress)  # type: ignore[arg-type]
+    with python_terms():
+        return run(build_options(url, dest, **options), on_progress=progress)  # type: ignore[arg-type]
+
+
+# The CLI's flags whose build_options() parameter is named otherwise, and the flags that
+# stand for a boolean parameter's non-default value.
+_PARAMETER_OF = {"timeout": "total_timeout", "name": "name_path", "size": "size_path",
+                 "md5": "md5_path", "sha256": "sha256_path", "url": "url_path",
+                 "total": "total_path", "next": "next_path", "header": "headers",
+                 "no-verify": "verify=False", "addressing-style": "addressing_style"}
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+def in_python_terms(message: str) -> str:
+    """`message` with the CLI's flags named as build_options()' parameters: --restart as
+    restart=True, --max-delete as max_delete (what a Python caller types)."""
+    import inspect
+
+    parameters = inspect.signature(build_options).parameters
+
+    def name(match: re.Match[str]) -> str:
+        flag = match.group(1)
+        found = _PARAMETER_OF.get(flag, flag.replace("-", "_"))
+        parameter = parameters.get(found)
+        if parameter is None:
+            return found if "=" in found else match.group(0)
+        return f"{found}=True" if parameter.default is False else found
+    return _FLAG.sub(name, message)
+
+
+@contextlib.contextmanager
+def python_terms() -> Iterator[None]:
+    """UsageErrors raised within, said in Python's terms (their type and fields kept)."""
+    try:
+        yield
+    except UsageError as exc:
+        exc.args = (in_python_terms(str(exc)), *exc.args[1:])
+        raise

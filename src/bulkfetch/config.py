@@ -260,12 +260,15 @@ class SyncOptions:
                              "would do): add --sync --delete")
 
 
+SHARD_FILES, SHARD_SIZE = 100_000, 1 << 30  # a tar shard's default limits
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     kind: str = "dir"  # "dir" | "tar" | "null"; "stream", "stream-each": bulkfetch.stream
     fanout: int = 0  # dir: levels of hash-prefix directories
-    shard_files: int = 100_000  # tar: a shard takes no new page once it holds this many
-    shard_size: int = 1 << 30  # tar: ... or this many bytes
+    shard_files: int = SHARD_FILES  # tar: a shard takes no new page once it holds this many
+    shard_size: int = SHARD_SIZE  # tar: ... or this many bytes
     fsync: bool = False  # dir: each file's data on disk before it is renamed into place
 
     def __post_init__(self) -> None:
@@ -278,6 +281,10 @@ class SinkOptions:
                              "number of names)")
         if self.shard_files < 1 or self.shard_size < 1:
             raise UsageError("--shard-files and --shard-size must be >= 1")
+        if self.kind != "tar" and (self.shard_files, self.shard_size) != (SHARD_FILES,
+                                                                          SHARD_SIZE):
+            raise UsageError(f"--shard-files and --shard-size apply to --sink tar, not "
+                             f"--sink {self.kind}")
 
     def layout(self) -> dict[str, object]:
         """What decides where a file lands; shard sizes may change between runs."""

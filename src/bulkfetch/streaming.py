@@ -60,7 +60,7 @@ class Stream:
                  **options: Any) -> None:
         """`one_by_one`: each body its own message (the usual multiprocessing design),
         for benchmarks/stream.py to measure against; never faster."""
-        from bulkfetch.api import build_options
+        from bulkfetch.api import build_options, python_terms
 
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
@@ -68,9 +68,10 @@ class Stream:
         if given:
             raise UsageError(f"bulkfetch.stream() does not take {', '.join(given)}: a stream "
                              "keeps nothing on disk (use bulkfetch.download() for a DEST)")
-        self.options = build_options(source, os.devnull, workers=workers,
-                                     sink="stream-each" if one_by_one else "stream",
-                                     **options)
+        with python_terms():
+            self.options = build_options(source, os.devnull, workers=workers,
+                                         sink="stream-each" if one_by_one else "stream",
+                                         **options)
         self.errors = errors
         self.files = self.bytes = self.failed = 0
         self._results = self._run()

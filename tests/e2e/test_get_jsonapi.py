@@ -262,7 +262,7 @@ def test_a_first_page_only_the_user_can_fix_is_exit_2_not_a_rerun(tmp_path: Path
 
     flags, args, said = {
         "seed-401": (("--require-bearer", "tok-123456"), (), "needs credentials"),
-        "seed-shape": (("--shape", "link"), (), "Is URL a seed API listing"),
+        "seed-shape": (("--shape", "link"), (), "Is the URL a listing"),
         "flags-shape": (("--shape", "link"), ("--paginate", "link"),
                         "Check the listing flags"),
     }[case]

@@ -141,7 +141,7 @@ def test_options_a_stream_decides_are_refused(server) -> None:  # type: ignore[n
 
 
 def test_a_listing_that_fails_names_it(server) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(bulkfetch.BulkfetchError, match="page 0"), \
+    with pytest.raises(bulkfetch.UsageError, match=r"nothing-here/list: HTTP 404"), \
             bulkfetch.stream(f"{server.url}/nothing-here", workers=1, retries=0) as files:
         list(files)
     assert no_workers_left()

@@ -142,9 +142,10 @@ def cat(dest: str, names: tuple[str, ...]) -> None:
 class _ExtractReport:
     """What `extract` prints: the first failures, a count line now and then, the summary."""
 
-    def __init__(self, *, quiet: bool, total: int | None) -> None:
+    def __init__(self, *, quiet: bool, total: int | None, pattern: str | None) -> None:
         self.quiet = quiet
         self.total = total
+        self.pattern = pattern
         self.started = time.monotonic()
         self.next_line = self.started + PROGRESS_INTERVAL_S
 
@@ -169,6 +170,9 @@ class _ExtractReport:
         if not self.quiet:
             click.echo(f"extracted {result.files:,} files ({_size(result.bytes)}) into "
                        f"{safe_text(out)}; {result.failed:,} failed", err=True)
+        if self.pattern is not None and not result.files and not result.failed:
+            click.echo(f"bulkfetch: no name matches --only {safe_text(self.pattern)} "
+                       "('*' matches '/' too; `bulkfetch ls DEST` lists the names)", err=True)
 
 
 def _size(n: int) -> str:
@@ -191,7 +195,7 @@ def extract(dest: str, out: str, pattern: str | None, quiet: bool) -> None:
     """
     with _opened(dest) as dataset:
         total = len(dataset) if dataset.kind == "tar" and pattern is None else None
-        report = _ExtractReport(quiet=quiet, total=total)
+        report = _ExtractReport(quiet=quiet, total=total, pattern=pattern)
         failures = 0
 
         def on_failure(name: str, reason: str) -> None:

@@ -27,7 +27,27 @@ def _usage(exc: UsageError) -> click.UsageError:
     return click.UsageError(str(exc))
 
 
-@click.command(context_settings=CONTEXT)
+# Flags users reach for that `get` has no need of, and what to do instead (click would
+# suggest the nearest flag it has: --runner for --resume).
+NOT_FLAGS = {
+    "--resume": "there is no --resume: rerunning the same command resumes (--restart starts "
+                "over, --retry-failed tries the failed files again)",
+    "--continue": "there is no --continue: rerunning the same command resumes",
+}
+
+
+class _Get(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            if arg == "--":
+                break
+            advice = NOT_FLAGS.get(arg.partition("=")[0])
+            if advice is not None:
+                raise click.UsageError(advice, ctx)
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_Get, context_settings=CONTEXT)
 @click.argument("url_or_dest", metavar="URL")
 @click.argument("dest", required=False, metavar="DEST")
 @click.option("--from-file", "from_file", type=click.Path(dir_okay=False), default=None,

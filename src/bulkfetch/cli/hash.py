@@ -286,6 +286,7 @@ def _dest(dest: str, options: HashOptions, quiet: bool) -> int:
 
 def _recorded_sums(dest: Path) -> list[Path]:
     """The checksum files the directory sink wrote in DEST, oldest first."""
+    from bulkfetch.dest.journal import STATE_DIR
     from bulkfetch.dest.sums import SUMS_DIR, sums_files
 
     try:
@@ -293,11 +294,18 @@ def _recorded_sums(dest: Path) -> list[Path]:
     except OSError:
         files = []
     if not files:
+        shown = safe_text(str(dest))
+        fresh = (f"For fresh checksums run `bulkfetch hash {shown} > sums`, and later "
+                 "`bulkfetch hash --check sums`")
+        if not (dest / STATE_DIR).is_dir():
+            raise click.UsageError(
+                f"{shown} is not a directory bulkfetch downloaded into (it has no "
+                f"{STATE_DIR}): --dest checks a download against what `bulkfetch get` "
+                f"recorded. {fresh}")
         raise click.UsageError(
-            f"{safe_text(str(dest))} has no checksums recorded ({SUMS_DIR}): it was "
-            "downloaded with --no-verify or by a bulkfetch older than `hash --dest` for "
-            f"directories. For fresh checksums run `bulkfetch hash {safe_text(str(dest))} > "
-            "sums`, and later `bulkfetch hash --check sums`")
+            f"{shown} has no checksums recorded ({SUMS_DIR}): it was downloaded with "
+            "--no-verify or by a bulkfetch older than `hash --dest` for directories. "
+            f"{fresh}")
     return files
 
 

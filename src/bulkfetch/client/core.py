@@ -204,7 +204,7 @@ class Client:
                  cache_dir: str | os.PathLike[str] | None = None,
                  cache_dir_bytes: int = 1 << 30, cache_dir_ttl: float | None = None,
                  **options: Any) -> None:
-        from bulkfetch.api import build_options
+        from bulkfetch.api import build_options, python_terms
         from bulkfetch.engine.fetcher import Fetcher
 
         if window < 1:
@@ -215,7 +215,8 @@ class Client:
             if cache_dir is not None else None
         self.disk = DiskLayer(self.disk_cache) if self.disk_cache is not None else None
         self.requested = 0  # URLs handed to the loop (a cache hit, or a repeat, is not)
-        self.options = build_options("bulkfetch.Client", os.devnull, workers=1, **options)
+        with python_terms():
+            self.options = build_options("bulkfetch.Client", os.devnull, workers=1, **options)
         self.calls: dict[int, _Call] = {}
         self.numbers = itertools.count()
         self.pages = itertools.count()

@@ -22,6 +22,7 @@ contain NUL or lone surrogates, so hostile names round-trip exactly. The first p
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sqlite3
@@ -259,7 +260,9 @@ class Journal:
             state.mkdir(exist_ok=True)
             lock_fd = lock_dest(dest, state / LOCK_NAME)
         except OSError as exc:
-            if exc.errno in NOT_WRITABLE_ERRNOS:
+            # (ENOENT from a mkdir that makes its parents: the filesystem allows no
+            # directory there, as under /proc)
+            if exc.errno in NOT_WRITABLE_ERRNOS or exc.errno == errno.ENOENT:
                 where = exc.filename if exc.filename is not None else state
                 raise DestNotWritable(
                     f"cannot write to DEST {dest}: {exc.strerror} ({where}): choose a DEST "

@@ -78,6 +78,15 @@ class ListerThread(threading.Thread):
         self.out: queue.Queue[ListerEvent] = queue.Queue(maxsize=max(1, ahead))
         self.stopping = threading.Event()
         self.rng = random.Random()
+        # Until the source answers once in this run, a failure no retry mends (nothing
+        # listens there, no such host, not a listing) is the user's to fix: the run stops
+        # at once with exit status 2 and DEST as it was (runners/dest.py). After that
+        # first answer, the same failure is a server's passing trouble, and is retried.
+        self.answered = False
+
+    def first_contact_failed(self, exc: ListingError) -> bool:
+        """Whether `exc` ends the listing as the user's mistake (see `answered`)."""
+        return not self.answered and (exc.unreachable or not exc.retryable)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -117,8 +126,13 @@ class Lister(ListerThread):
         attempt = 1
         while True:
             try:
-                return self.source.list_page(token)
+                page = self.source.list_page(token)
+                self.answered = True
+                return page
             except ListingError as exc:
+                if self.first_contact_failed(exc):
+                    self._put(ListingFailed(str(exc), usage=True))
+                    return None
                 if not exc.retryable or attempt > self.policy.retries:
                     tries = f" after {attempt} attempts" if attempt > 1 else ""
                     self._put(ListingFailed(f"page {seq}: {exc}{tries}", usage=exc.usage))

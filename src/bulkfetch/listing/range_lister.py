@@ -243,6 +243,9 @@ class RangeLister(ListerThread):
             raise done.unexpected
         if done.error is not None:
             exc = done.error
+            if self.first_contact_failed(exc):
+                self._put(ListingFailed(str(exc), usage=True))
+                return False
             if not exc.retryable or work.attempt > self.policy.retries:
                 tries = f" after {work.attempt} attempts" if work.attempt > 1 else ""
                 self._put(ListingFailed(f"{exc}{tries}", usage=exc.usage))
@@ -255,6 +258,7 @@ class RangeLister(ListerThread):
             timer.start()
             return True
         work.attempt = 1
+        self.answered = True
         page = done.page
         assert page is not None
         if done.replay is not None:

@@ -90,6 +90,35 @@ def tls_failure(code: int, message: str, url: str, tls: TlsOptions | None) -> st
     return f"TLS to {host_port(url)} cannot be set up on this side: {reason} (curl error {code})"
 
 
+def unreachable(code: int, message: str, url: str) -> str | None:
+    """What a failure before any answer means, for a message naming host and port and what
+    to check: nothing listens there, the name does not resolve, the connection timed out,
+    or the TLS handshake failed (an https:// URL on a plain HTTP port); None for any other
+    failure. At a run's first request such a failure is the user's to fix: retrying asks
+    the same place again."""
+    where = host_port(url)
+    through = " (or the proxy the environment names)" if proxy_configured() else ""
+    if code in (pycurl.E_COULDNT_RESOLVE_HOST, pycurl.E_COULDNT_RESOLVE_PROXY):
+        host = urlsplit(url).hostname or "?"
+        return (f"cannot resolve the host {host!r}: {message} (curl error {code}). Check the "
+                f"URL's host name{through}")
+    if code == pycurl.E_COULDNT_CONNECT:
+        return (f"nothing accepts connections at {where}{through}: {message} (curl error "
+                f"{code}). Check that the server is running and that the URL's host and port "
+                "are right")
+    if code == pycurl.E_OPERATION_TIMEDOUT and message.startswith(
+            ("Connection timed out", "Failed to connect")):
+        tls = " (or the TLS handshake: if the server speaks plain HTTP there, give " \
+            "http://)" if url.startswith("https://") else ""
+        return (f"{where} did not accept the connection within --connect-timeout{through}"
+                f"{tls}: {message} (curl error {code}). Check the URL's host and port, and "
+                "any firewall on the way")
+    if code == pycurl.E_SSL_CONNECT_ERROR and url.startswith("https://"):
+        return (f"the TLS handshake with {where} failed: {message} (curl error {code}). If "
+                "the server speaks plain HTTP on that port, give http://")
+    return None
+
+
 # The variables libcurl reads to choose a proxy for http(s) URLs (it ignores HTTP_PROXY in
 # upper case: a CGI environment lets a request header set it).
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")

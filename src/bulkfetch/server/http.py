@@ -103,6 +103,11 @@ class HttpConnection(asyncio.Protocol):
         self.processing = True
         try:
             while not self.busy and not self.closing:
+                if self.buffer[:1] and not self.buffer[:1].isalpha():
+                    # Not HTTP (a TLS ClientHello from an https:// URL): answered at once, as
+                    # nginx does, not left to the client's timeout
+                    self._plain_error(400, "not an HTTP request")
+                    return
                 end = self.buffer.find(b"\r\n\r\n")
                 if end < 0:
                     if len(self.buffer) > MAX_HEAD:

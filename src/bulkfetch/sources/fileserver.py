@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
 
@@ -34,6 +35,15 @@ def redact(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
 
 
+def not_http(url: str) -> UsageError:
+    """The error for a URL that is not http(s)://HOST..., quoting it as typed (credentials
+    masked), with the fix when it only lacks its scheme."""
+    shown = re.sub(r"(?<=//)[^/@]*@", "***@", url)
+    hint = f" (did you mean http://{shown}?)" if "://" not in url and url[:1].isalnum() else ""
+    return UsageError(f"URL {shown!r} must start with http:// or https:// and name a "
+                      f"host{hint}")
+
+
 CREDENTIALS_NEEDED = "the listing needs credentials (see --header/--bearer-env)"
 
 
@@ -59,12 +69,29 @@ def json_page(url: str, status: int, headers: list[bytes], body: bytes,
                            retry_after)
     content_type = (header_value(headers, b"content-type") or "").lower()
     if "html" in content_type:
-        raise ListingError(f"{_where(url)}: expected JSON but the server sent {content_type}",
-                           retryable=False)
+        raise ListingError(f"{_where(url)}: expected JSON, the server sent {content_type}: "
+                           f"{_opening(body)}{_NOT_A_LISTING if first else ''}",
+                           retryable=False, usage=first)
     try:
         return json.loads(body)
     except ValueError as exc:
-        raise ListingError(f"{_where(url)}: malformed JSON ({exc})", retryable=True) from None
+        # On the run's first page the URL is likely not a listing (a login page, a proxy's
+        # error page): the same command fails the same way. Later, a server's passing fault.
+        shown = f"{content_type or 'no Content-Type'}: {_opening(body)}" if body else \
+            "an empty body"
+        raise ListingError(f"{_where(url)}: malformed JSON ({exc}), the server sent {shown}"
+                           f"{_NOT_A_LISTING if first else ''}", retryable=not first,
+                           usage=first) from None
+
+
+_NOT_A_LISTING = (". Is the URL a listing (the seed API's GET /list)? For another JSON "
+                  "listing give --api or --items/--name")
+
+
+def _opening(body: bytes, limit: int = 80) -> str:
+    """The first bytes of an answer, quoted for a message."""
+    text = body[:limit].decode("utf-8", "replace")
+    return repr(text) + ("…" if len(body) > limit else "")
 
 
 class FileServerSource:
@@ -73,8 +100,7 @@ class FileServerSource:
                  tls: TlsOptions | None = None) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"URL {redact(base_url)!r} must be http:// or https:// with a "
-                             "host")
+            raise not_http(base_url)
         try:
             parts.port  # noqa: B018  # raises ValueError for a port that is not 0-65535
         except ValueError:
@@ -123,8 +149,7 @@ class FileServerSource:
         names_key, next_key = self.shape.names_key, self.shape.next_key
         # On the first page, JSON of another shape says URL is not a seed listing: the same
         # command would fail the same way (exit 2); later, a server that broke (exit 1).
-        hint = (". Is URL a seed API listing (GET /list)? For another JSON listing give "
-                "--api or --items/--name") if first else ""
+        hint = _NOT_A_LISTING if first else ""
         if not isinstance(page, dict) or not isinstance(page.get(names_key), list):
             raise ListingError(f"{_where(url)}: no {names_key!r} list in the JSON{hint}",
                                retryable=False, usage=first)

@@ -31,7 +31,13 @@ from bulkfetch.net.curl import (
 )
 from bulkfetch.net.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
 from bulkfetch.sources.abilities import Abilities
-from bulkfetch.sources.fileserver import CREDENTIALS_NEEDED, _where, json_page, redact
+from bulkfetch.sources.fileserver import (
+    CREDENTIALS_NEEDED,
+    _where,
+    json_page,
+    not_http,
+    redact,
+)
 from bulkfetch.sources.headers import HostHeaders
 from bulkfetch.sources.jsonpaths import column, compile_path, hex_digests, size_of
 from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
@@ -71,8 +77,7 @@ class JsonApiSource:
             raise UsageError(f"URL {redact(base_url)!r}: the port must be a number from 0 to "
                              "65535") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"URL {redact(base_url)!r} must be http:// or https:// with a "
-                             "host")
+            raise not_http(base_url)
         self.base = base_url
         self.shape = shape
         self.api = api

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pycurl
 
 from bulkfetch.config import TlsOptions
-from bulkfetch.net.curl import tls_failure
+from bulkfetch.net.curl import tls_failure, unreachable
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +38,16 @@ class ListingError(Exception):
     the user can fix it."""
 
     def __init__(self, message: str, retryable: bool, retry_after_s: float | None = None,
-                 usage: bool = False):
+                 usage: bool = False, unreachable: bool = False):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
         # The user must change something (credentials, bucket, trust): the run stops with
         # exit status 2, and rerunning the same command would not help.
         self.usage = usage
+        # No server answered (refused, unknown host, no TLS there): worth another try once
+        # the source has answered in this run, the user's to fix before (listing/lister.py).
+        self.unreachable = unreachable
 
 
 def listing_transfer_error(code: int, message: str, url: str, where: str, max_page_size: int,
@@ -56,7 +59,13 @@ def listing_transfer_error(code: int, message: str, url: str, where: str, max_pa
         return ListingError(f"{where}: a list page larger than {max_page_size:,} bytes; a "
                             "server sending pages this large is broken or hostile (raise "
                             "--max-page-size if you trust it)", retryable=False)
+    if code == pycurl.E_TOO_MANY_REDIRECTS:  # the same request would loop the same way
+        return ListingError(f"{where}: the listing redirects on and on (a loop?): {message} "
+                            f"(curl error {code})", retryable=False)
     fatal = tls_failure(code, message, url, tls)
     if fatal is not None:  # retrying would only ask the same certificate again
         return ListingError(fatal, retryable=False, usage=True)
+    nobody = unreachable(code, message, url)
+    if nobody is not None:
+        return ListingError(f"{where}: {nobody}", retryable=True, unreachable=True)
     return ListingError(f"{where}: {message} (curl error {code})", retryable=True)

@@ -15,7 +15,14 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bulkfetch.config import ApiShape, GetOptions, RequestAuth, S3Options, TableOptions
+from bulkfetch.config import (
+    ApiShape,
+    GetOptions,
+    RequestAuth,
+    S3Options,
+    SourceShape,
+    TableOptions,
+)
 from bulkfetch.errors import UsageError
 from bulkfetch.sources.base import Source
 
@@ -25,6 +32,8 @@ Opener = Callable[[GetOptions, bool], Source]
 # Option groups (GetOptions fields) that only some kinds read: the flags that set them, what
 # they apply to, and the group's defaults (a group left at them is not given).
 _GROUPS: dict[str, tuple[str, str, object]] = {
+    "shape": ("--list-path, --names-key, --next-key, --marker-param and --get-template",
+              "a listing API's URL", SourceShape()),
     "table": ("--url-col, --name-col, --name-template and --save-cols",
               "a .csv, .tsv, .jsonl or .parquet table (--from-file)", TableOptions()),
     "s3": ("--endpoint-url, --region, --profile, --no-sign-request, --addressing-style, "
@@ -119,8 +128,10 @@ _KINDS: list[SourceKind] = [
     SourceKind("s3", _open_s3, "an s3:// source",
                lambda options: options.source.startswith("s3://"), frozenset({"s3"})),
     SourceKind("json-api", _open_json_api, "a JSON listing API's URL",
-               lambda options: options.api is not None or options.auth != RequestAuth()),
-    SourceKind("seed", _open_seed, "a listing API's URL", lambda options: True),
+               lambda options: options.api is not None or options.auth != RequestAuth(),
+               frozenset({"shape"})),
+    SourceKind("seed", _open_seed, "a listing API's URL", lambda options: True,
+               frozenset({"shape"})),
 ]
 _PLANS: dict[str, SourceKind] = {}
 
