@@ -105,18 +105,22 @@ class Counts:
     files_failed: int = 0
     bytes: int = 0
     retries: int = 0
+    # Of `bytes`, what partial files a stopped run left already held (a big file resumed
+    # byte by byte): stored by this run, not moved by it, so no rate counts them.
+    continued_bytes: int = 0
 
     @staticmethod
     def total(many: Iterable[Counts]) -> Counts:
-        """The four counters summed over `many` (the workers' latest ticks)."""
-        files_ok = files_failed = nbytes = retries = 0
+        """The counters summed over `many` (the workers' latest ticks)."""
+        files_ok = files_failed = nbytes = retries = continued = 0
         for counts in many:
             files_ok += counts.files_ok
             files_failed += counts.files_failed
             nbytes += counts.bytes
             retries += counts.retries
+            continued += counts.continued_bytes
         return Counts(files_ok=files_ok, files_failed=files_failed, bytes=nbytes,
-                      retries=retries)
+                      retries=retries, continued_bytes=continued)
 
 
 @dataclass(slots=True)
@@ -140,8 +144,6 @@ class Tick(Counts):
     # ... and under --concurrency auto, each of those hosts' limit in this worker
     host_limits: tuple[tuple[str, int], ...] = ()
     not_modified: int = 0  # conditional requests answered 304 (get --sync, a Client cache)
-    # bytes of the stored files that partial files a killed run left already held
-    continued_bytes: int = 0
     # ticks at which transfers waited for the worker's share of --limit-rate or --max-rps
     # (or a host's pause): the coordinator gives such a worker more (rate_shares.py)
     held_ticks: int = 0
@@ -164,8 +166,15 @@ class Progress(Counts):
 
     @property
     def moving_bytes(self) -> int:
-        """Bytes stored plus bytes of big bodies on their way: what byte rates count."""
-        return self.bytes + self.partial_bytes
+        """Bytes stored plus bytes of big bodies on their way, less what a stopped run's
+        partial files held: what byte rates count (it never jumps as a file is stored)."""
+        return self.bytes - self.continued_bytes + self.partial_bytes
+
+    @property
+    def moved_now(self) -> int:
+        """Bytes this run moved, stored or on their way (not by earlier runs of the same
+        journal): over the run's time, the Report's bytes_per_s."""
+        return max(self.moving_bytes - self.resumed_bytes, 0)
 
 
 @dataclass
@@ -175,6 +184,7 @@ class Report(Counts):
     source: str
     dest: str
     pages: int = 0
+    pages_listed: int = 0  # pages listed, done or not (a stopped run: the rest under way)
     # Big files fetched in ranges: how many the server's answers made start over as one
     # stream, and how many were checked by size alone (no whole-file digest was stated).
     ranged_restarts: int = 0
@@ -192,9 +202,10 @@ class Report(Counts):
     usage_error: bool = False  # `error` is the user's to fix (bad credentials): exit 2
     resumed_files: int = 0
     resumed_bytes: int = 0
-    # Of this run's files, bytes the partial files a killed run left already held (a big
-    # file resumed byte by byte): in `bytes`, not in the rate, like resumed_bytes
-    continued_bytes: int = 0
+    # What DEST/.bulkfetch/partial keeps when the run ends: big files fetched in part, which
+    # the rerun continues from these bytes (engine/resume.py)
+    partial_files: int = 0
+    partial_bytes: int = 0
     # Transfers in flight allowed at the end and at most, summed over the workers: what
     # --concurrency auto found (a fixed --concurrency: that times the workers)
     concurrency_final: int = 0

@@ -65,6 +65,9 @@ def test_layers_apply_in_order_with_whiteouts_and_opaque_dirs(tmp_path: Path) ->
                             "etc/tz": "-> /usr/share/zoneinfo/UTC", "opt": "dir",
                             "var": "dir", "var/cache": "dir", "var/cache/mine": "2"}
     assert stats.whiteouts == 3 and stats.hardlinks == 1 and stats.symlinks == 1
+    # counted as the root file system holds them: etc/a written twice, and etc/gone,
+    # var/cache/c and opt/tree/deep/f removed, leave three files (a, b, mine)
+    assert (stats.files, stats.dirs) == (3, 4)
 
 
 def test_an_opaque_marker_before_its_siblings_keeps_them(tmp_path: Path) -> None:

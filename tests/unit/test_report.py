@@ -275,7 +275,7 @@ def test_summary_table_figures() -> None:
     console.print(summary_table(report))
     out = console.file.getvalue()  # type: ignore[attr-defined]
     for figure in ("1,234,567 downloaded", "3 failed", "118.0 MB", "01:02:05", "331 files/s",
-                   "31.7 kB/s", "1,235 · listing complete", "incomplete (exit status 1)"):
+                   "31.7 kB/s", "1,235 done · listing complete", "incomplete (exit status 1)"):
         assert figure in out, figure
 
 

@@ -23,7 +23,7 @@ from rich.filesize import decimal
 if TYPE_CHECKING:  # the models load with `get`; `bulkfetch hash` borrows only the rates
     from rich.console import Console, RenderableType
 
-    from bulkfetch.models import InFlight, Progress
+    from bulkfetch.models import InFlight, Progress, Report
 
 __all__ = [
     "Display",
@@ -41,7 +41,25 @@ BAR_WIDTH = 40
 class Display(Protocol):
     def start(self) -> None: ...
     def update(self, progress: Progress) -> None: ...
+    def finish(self, report: Report) -> None:
+        """The run ended as `report` says: shown last with its counts and rates, so the
+        display's last figures are the summary's."""
+        ...
     def stop(self) -> None: ...
+
+
+def settled(last: Progress | None, report: Report) -> Progress:
+    """The Progress a display ends on: `report`'s counts over `report`'s duration."""
+    from bulkfetch.models import Progress
+
+    return Progress(
+        files_ok=report.files_ok, files_failed=report.files_failed, bytes=report.bytes,
+        retries=report.retries, continued_bytes=report.continued_bytes,
+        pages_listed=max(report.pages_listed, report.pages), pages_done=report.pages,
+        listing_done=report.listing_complete,
+        total_files=last.total_files if last is not None else None,
+        elapsed_s=report.duration_s, resumed_files=report.resumed_files,
+        resumed_bytes=report.resumed_bytes)
 
 
 def make_display(*, quiet: bool, stream: TextIO | None = None, force_plain: bool = False,
@@ -115,6 +133,9 @@ class QuietDisplay:
     def update(self, progress: Progress) -> None:
         pass
 
+    def finish(self, report: Report) -> None:
+        pass
+
     def stop(self) -> None:
         pass
 
@@ -134,7 +155,8 @@ def _ok_now(p: Progress) -> int:
 
 
 def _bytes_now(p: Progress) -> int:
-    return max(p.bytes - p.resumed_bytes, 0)
+    """Bytes this run moved, stored or on their way (big bodies count as they come)."""
+    return p.moved_now
 
 
 def _averages(p: Progress) -> tuple[float, float, float]:
@@ -245,6 +267,10 @@ class PlainDisplay:
             if self._next <= t:  # the engine stalled for several intervals: no burst
                 self._next = t + self._interval
 
+    def finish(self, report: Report) -> None:
+        self._last = settled(self._last, report)
+        self.stop()
+
     def stop(self) -> None:
         if self._stopped:
             return
@@ -338,6 +364,11 @@ class RichDisplay:
         self._window.add(t, progress.files_ok + progress.files_failed, progress.files_ok,
                          progress.moving_bytes)
         self._files.update(t, progress.largest)
+
+    def finish(self, report: Report) -> None:
+        self._progress = settled(self._progress, report)
+        self._window = RateWindow()  # (no "now" rate at the end: the average is the rate)
+        self.stop()
 
     def stop(self) -> None:
         if self._started:

@@ -153,12 +153,21 @@ def summary_table(report: Report) -> Table:
         stored.append(f" ({decimal(report.continued_bytes)} of it already in partial files "
                       "a stopped run left)", style="cyan")
     table.add_row("bytes", stored)
+    if report.partial_bytes:
+        table.add_row("kept", Text(
+            f"{decimal(report.partial_bytes)} in {report.partial_files:,} partial file"
+            f"{'s' * (report.partial_files != 1)} (DEST/.bulkfetch/partial): the rerun asks "
+            "only for the rest", style="cyan"))
     table.add_row("duration", Text(_duration(report.duration_s)))
     table.add_row("rate", Text(f"{report.files_per_s:,.0f} files/s · "
                                f"{decimal(int(report.bytes_per_s))}/s"
                                + (" (this run)" if report.resumed_files
                                   or report.continued_bytes else "")))
-    table.add_row("pages", Text(f"{report.pages:,} · listing "
+    under_way = report.pages_listed - report.pages
+    table.add_row("pages", Text(f"{report.pages:,} done"
+                                + (f" · {under_way:,} under way (a rerun finishes them)"
+                                   if under_way > 0 else "")
+                                + " · listing "
                                 + ("complete" if report.listing_complete else "incomplete")))
     table.add_row("retries", Text(f"{report.retries:,}"))
     limits = report.options.get("limits")
@@ -280,6 +289,7 @@ def report_dict(report: Report) -> dict[str, object]:
         "resumed_files": report.resumed_files,
         "resumed_bytes": report.resumed_bytes,
         "continued_bytes": report.continued_bytes,
+        "partial": {"files": report.partial_files, "bytes": report.partial_bytes},
         "bytes": report.bytes,
         "retries": report.retries,
         "ranged_restarts": report.ranged_restarts,
@@ -288,6 +298,7 @@ def report_dict(report: Report) -> dict[str, object]:
         "checked": {"md5": report.checked_md5, "digest": report.checked_digest,
                     "size_only": report.checked_size},
         "pages": report.pages,
+        "pages_listed": report.pages_listed,
         "pages_reassigned": report.pages_reassigned,
         "unchanged": report.unchanged,
         "changed_in_dest": report.changed_in_dest,

@@ -30,16 +30,20 @@ def run_download(options: GetOptions, *, quiet: bool, plain: bool,
     try:
         report = run(options, on_progress=display.update)
     except UsageError as exc:
+        display.stop()
         raise click.UsageError(str(exc)) from None
     except BulkfetchError as exc:  # run() reports most stops in the Report; this is the net
+        display.stop()
         raise click.ClickException(f"{exc}. Rerun the same command to resume.") from None
     except KeyboardInterrupt:  # Ctrl-C before the run installed its own handler
         display.stop()
         click.echo("bulkfetch: interrupted while starting. Rerun the same command to resume.",
                    err=True)
         sys.exit(130)
-    finally:
+    except BaseException:
         display.stop()
+        raise
+    display.finish(report)  # its last figures are the summary's
     if not quiet:
         from rich.console import Console
 

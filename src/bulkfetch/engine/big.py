@@ -420,13 +420,16 @@ class BigFiles:
 
     # -- watching and stopping -----------------------------------------------------------
     def in_flight(self) -> tuple[int, list[InFlight]]:
-        """(bytes of big bodies on their way, (name, done, total) of each)."""
+        """(bytes of big bodies this run moved so far, not stored yet, (name, done, total) of
+        each: a file resumed from a stopped run's partial file counts as done what it
+        held, and only what came since as moved)."""
         entries: list[InFlight] = [(body.transfer[1], body.size, body.total)
                                    for body in self.active.values()
                                    if isinstance(body, spooling.SpooledBody)]
         entries += [(ranged.name, ranged.written, ranged.plan.total)
                     for ranged in self.ranged.files]
-        return sum(entry[1] for entry in entries), entries
+        carried = sum(ranged.carried for ranged in self.ranged.files)
+        return sum(entry[1] for entry in entries) - carried, entries
 
     def abandon(self) -> None:
         for handle in list(self.active):

@@ -40,6 +40,10 @@ class UnpackError(Exception):
 
 @dataclass
 class UnpackStats:
+    """`files`, `dirs` and `symlinks`: what the root file system holds at the end (a file a
+    later layer replaced or removed counts once, or not at all); the rest, what the layers
+    did on the way."""
+
     files: int = 0
     dirs: int = 0
     symlinks: int = 0
@@ -62,7 +66,25 @@ def unpack(rootfs: Path, layers: Sequence[tuple[Path, str, str]]) -> UnpackStats
                 _Layer(root, label or path.name, stats).apply(stream)
     finally:
         os.close(root)
+    stats.files, stats.dirs, stats.symlinks = census(rootfs)
     return stats
+
+
+def census(rootfs: Path) -> tuple[int, int, int]:
+    """(regular files, directories, symlinks) under `rootfs`, never following a symlink."""
+    files = dirs = links = 0
+    pending = [str(rootfs)]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    links += 1
+                elif entry.is_dir(follow_symlinks=False):
+                    dirs += 1
+                    pending.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    files += 1
+    return files, dirs, links
 
 
 @contextlib.contextmanager

@@ -107,6 +107,7 @@ class Coordinator:
             elapsed_s=time.monotonic() - started,
             resumed_files=self.resumed_ok,
             resumed_bytes=self.resumed_bytes,
+            continued_bytes=moved.continued_bytes,
         )
 
     # -- the run -------------------------------------------------------------------------
@@ -443,6 +444,7 @@ class Coordinator:
                             self.resumed_bytes + nbytes, self.listing_done)
             failures = []
         ticks = self.ticks.values()
+        moved = Counts.total(ticks)
         failures_file = None
         try:
             written = write_failures(self.journal, Path(self.options.dest))
@@ -456,7 +458,7 @@ class Coordinator:
             files_ok=totals.files_ok,
             files_failed=totals.files_failed,
             bytes=totals.bytes,
-            retries=Counts.total(ticks).retries,
+            retries=moved.retries,
             ranged_restarts=sum(t.ranged_restarts for t in ticks),
             ranged_size_only=sum(t.size_only for t in ticks),
             concurrency_final=sum(t.limit for t in ticks),
@@ -465,6 +467,7 @@ class Coordinator:
             checked_digest=sum(t.checked[1] for t in ticks),
             checked_size=sum(t.checked[2] for t in ticks),
             pages=totals.pages_done,
+            pages_listed=totals.pages_listed,
             duration_s=time.monotonic() - started,
             listing_complete=totals.listing_done,
             interrupted=interrupted,
@@ -472,7 +475,7 @@ class Coordinator:
             usage_error=self.usage_error,
             resumed_files=self.resumed_ok,
             resumed_bytes=self.resumed_bytes,
-            continued_bytes=sum(t.continued_bytes for t in ticks),
+            continued_bytes=moved.continued_bytes,
             options=self.options.as_dict(),
             failures=failures,
             failures_file=failures_file,

@@ -110,7 +110,17 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
         raise
     if report.usage_error and not (report.pages or report.files_ok or report.files_failed):
         before.restore()
-    return report
+    return _with_partials(dest, report)
+
+
+def _with_partials(dest: Path, report: Report) -> Report:
+    """The big files fetched in part that DEST keeps for the rerun, counted into `report`."""
+    if report.exit_code == 0 or not (dest / PARTIAL_DIR).is_dir():
+        return report
+    from bulkfetch.engine.resume import records
+
+    kept = [record.written for record in records(dest)]
+    return dataclasses.replace(report, partial_files=len(kept), partial_bytes=sum(kept))
 
 
 def _run(options: GetOptions, source: Any, pool: WorkerPool,

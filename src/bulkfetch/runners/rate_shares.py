@@ -59,7 +59,7 @@ def allocate(used: Sequence[float], shares: Sequence[float],
 
 
 def bytes_moved(tick: Tick) -> int:
-    return tick.bytes + tick.partial_bytes
+    return tick.bytes - tick.continued_bytes + tick.partial_bytes
 
 
 def requests_done(tick: Tick) -> int:
