@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import sys
 
 import click
@@ -205,9 +206,11 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
     """Run the reference file server: GET /list, GET /list?next-marker=TOKEN, GET /get/NAME;
     with --s3, the same files as an S3 bucket too; with --shape, listed as a real API lists.
 
-    The first line on stdout is 'serving http://HOST:PORT ...'. Stop it with Ctrl-C. It
-    runs on uvloop's event loop when installed (pip install 'bulkfetch[serve]'), else on
-    asyncio's own, which serves fewer requests a second.
+    The first line on stdout is 'serving http://HOST:PORT ...'; with --s3, the lines after
+    it give the bucket's endpoint and the `bulkfetch get` (and with --s3-credentials the
+    AWS_* exports) to paste. Stop it with Ctrl-C. It runs on uvloop's event loop when
+    installed (pip install 'bulkfetch[serve]'), else on asyncio's own, which serves fewer
+    requests a second.
 
     SHAPES (--shape; the fault switches apply to their list pages and files alike):
 
@@ -320,7 +323,12 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
                    "anyone who can reach it can read the data set", err=True)
 
     def announce(line: str) -> None:
-        click.echo(line)
+        click.echo(line)  # the first line, which tests and scripts parse
+        if options.s3_bucket is not None:
+            endpoint = line.split()[1]  # http://HOST:PORT as bound (--port 0: the real port)
+            for hint in s3_hints(endpoint, options.s3_bucket, s3_credentials,
+                                 s3_session_token):
+                click.echo(hint)
         sys.stdout.flush()
 
     try:
@@ -333,3 +341,24 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
         raise click.ClickException(f"cannot listen on {options.host}:{options.port}: "
                                    f"{exc.strerror or exc}") from None
     sys.exit(code)
+
+
+def s3_hints(endpoint: str, bucket: str, credentials: str | None,
+             session_token: str | None) -> list[str]:
+    """The lines `serve --s3` prints after its first: where the bucket is and what to paste
+    to read it, so a reader never has to work out the endpoint or the AWS variables.
+    `credentials` is --s3-credentials (KEY:SECRET, already checked), shown in full: this is
+    a test store whose secret the user just typed."""
+    where = f"s3: the bucket s3://{bucket} at {endpoint}"
+    get = f"bulkfetch get s3://{bucket} DEST --endpoint-url {endpoint}"
+    if credentials is None:
+        return [f"{where} \N{EM DASH} {get} --no-sign-request"]
+    key, _, secret = credentials.partition(":")
+    names = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
+             "AWS_REGION": "us-east-1"}  # any region signs right here; the AWS tools want one
+    if session_token is not None:
+        names["AWS_SESSION_TOKEN"] = session_token
+    exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in names.items())
+    return [f"{where}, signed requests only; paste into the shell that runs bulkfetch:",
+            f"export {exports}",
+            get]
