@@ -15,11 +15,14 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tarfile
+import tempfile
 import threading
 import time
 import uuid
@@ -433,7 +436,7 @@ class Registry(_Process):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = Path(self.data_dir or self.workdir / "data")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = self.port or free_port()
         config: dict[str, Any] = {
             "version": 0.1, "log": {"level": "info", "accesslog": {"disabled": False}},
             "storage": {"filesystem": {"rootdirectory": str(self.data_dir)},
@@ -474,3 +477,122 @@ class Registry(_Process):
                 entries.append(LogEntry(match[1], match[2], int(match[3]),
                                         0 if match[4] == "-" else int(match[4])))
         return entries
+
+
+# -- python -m bulkfetch.testing.registry: a registry holding sample images, for the docs ----
+SAMPLE_APP_V1 = (LayerSpec(101, 100_000), LayerSpec(102, 1 << 20), LayerSpec(103, 24 << 20))
+SAMPLE_APP_V2 = (LayerSpec(101, 100_000), LayerSpec(103, 24 << 20), LayerSpec(104, 300_000))
+SAMPLE_PLATFORMS = {"linux/amd64": (LayerSpec(105, 200_000),),
+                    "linux/arm64": (LayerSpec(106, 210_000),)}
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:,.1f} MB"
+
+
+def _sample_images(work: Path, port: int, users: dict[str, str] | None) -> list[str]:
+    """Push the sample images into a registry on a private port (then stopped), so that
+    the registry on `port` answers only once every image is there; one line each."""
+    layout = work / "layout"
+    v1 = build_image(layout, "v1", SAMPLE_APP_V1)
+    v2 = build_image(layout, "v2", SAMPLE_APP_V2)
+    build_index(work / "multi", "v1", SAMPLE_PLATFORMS)  # its own layout: tag v1 again
+    creds = next(iter(users.items())) if users else None
+    auth = "htpasswd" if users else None
+    with Registry(work / "push", auth=auth, users=users, data_dir=work / "data") as pushing:
+        push(layout, "v1", pushing.address, "sample/app", creds=creds)
+        push(layout, "v2", pushing.address, "sample/app", creds=creds)
+        push(work / "multi", "v1", pushing.address, "sample/multi", creds=creds,
+             all_platforms=True)
+    shutil.rmtree(layout)  # the registry holds the blobs now
+    shutil.rmtree(work / "multi")
+    shared = sum(1 for layer in v2.layers if layer in v1.layers)
+    here = f"127.0.0.1:{port}"
+    return [f"image {here}/sample/app:v1 ({len(v1.layers)} layers, "
+            f"{_mb(sum(size for _, size in v1.layers))})",
+            f"image {here}/sample/app:v2 ({len(v2.layers)} layers, "
+            f"{_mb(sum(size for _, size in v2.layers))}; {shared} of them as in v1)",
+            f"image {here}/sample/multi:v1 (an index: {', '.join(SAMPLE_PLATFORMS)})"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve Debian's docker-registry on 127.0.0.1:PORT holding sample images, print the
+    references to pull, and serve until Ctrl-C or SIGTERM; the data goes with it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bulkfetch.testing.registry",
+        description="A container registry on loopback holding sample images to pull: "
+                    "docker-registry (plain HTTP), images pushed with skopeo. Serves until "
+                    "Ctrl-C; its data is removed then.")
+    parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 "
+                        "(default: 5000)")
+    parser.add_argument("--user", metavar="NAME:PASSWORD", default=None,
+                        help="require this user (Basic auth over htpasswd; needs bcrypt, "
+                             "in the test extra)")
+    args = parser.parse_args(argv)
+    missing = [tool for tool in ("docker-registry", "skopeo") if shutil.which(tool) is None]
+    if missing:
+        parser.exit(2, f"error: {' and '.join(missing)} not found: apt-get install "
+                       "docker-registry skopeo (bash .ci/run installs them)\n")
+    users = None
+    if args.user is not None:
+        name, colon, password = args.user.partition(":")
+        if not (colon and name and password):
+            parser.exit(2, "error: --user wants NAME:PASSWORD, both non-empty\n")
+        users = {name: password}
+    if not 0 < args.port < 65536 or not _port_is_free(args.port):
+        parser.exit(2, f"error: port {args.port} on 127.0.0.1 is in use or invalid: stop "
+                       "what listens there, or give another --port\n")
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    work = Path(tempfile.mkdtemp(prefix="bulkfetch-registry-"))
+    registry = Registry(work / "serve", auth="htpasswd" if users else None, users=users,
+                        data_dir=work / "data", port=args.port)
+    try:
+        print(f"building and pushing the sample images (data in {work}) ...", file=sys.stderr)
+        images = _sample_images(work, args.port, users)
+        with registry:
+            auth = f"Basic auth, user {args.user.partition(':')[0]}" if users else "no auth"
+            print(f"serving {registry.address} (docker-registry, plain HTTP, {auth}; "
+                  f"data in {work}, removed on exit)")
+            for line in images:
+                print(line)
+            pull = f"bulkfetch pull {registry.address}/sample/app:v1 ./layout"
+            if users:
+                name, _, password = args.user.partition(":")
+                pull = (f"echo {shlex.quote(password)} | bulkfetch pull --username "
+                        f"{shlex.quote(name)} --password-stdin "
+                        f"{registry.address}/sample/app:v1 ./layout")
+            print(f"pull one: {pull}")
+            print("Stop with Ctrl-C.", flush=True)
+            assert registry.process is not None
+            while registry.process.poll() is None:
+                time.sleep(0.5)
+            print(f"docker-registry exited: see {registry.log_path}", file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:
+        return 0
+    except RuntimeError as exc:  # docker-registry or skopeo failed: say what they said
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        registry.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
