@@ -41,6 +41,13 @@ class Session:
     returncode: int
     rows: list[dict]
 
+    @property
+    def results(self) -> Path:
+        """The results directory the session said it wrote (no --out was given)."""
+        said = re.findall(r"^results: (/.*) \(", self.stderr, re.MULTILINE)
+        assert len(said) == 1, self.stderr[-2000:]
+        return Path(said[0])
+
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
@@ -49,17 +56,26 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
             pytest.fail("nginx is missing: .ci/run must install nginx-light")
         pytest.skip("nginx is not installed (apt-get install nginx-light)")
     out = tmp_path_factory.mktemp("bench")
-    done = subprocess.run(
+    (out / "cwd").mkdir()
+    done = subprocess.run(  # no --out: the results go under XDG_CACHE_HOME
         [sys.executable, "-m", "bulkfetch", "bench", "--files", "2000", "--quick",
-         "--out", str(out / "results"), "--json", str(out / "x.json"),
-         "--sweep-workers", "--sweep-concurrency"],
-        capture_output=True, text=True, timeout=240)
+         "--json", str(out / "x.json"), "--sweep-workers", "--sweep-concurrency"],
+        capture_output=True, text=True, timeout=240, cwd=out / "cwd",
+        env={**os.environ, "XDG_CACHE_HOME": str(out / "xdg")})
     rows = json.loads((out / "x.json").read_text()) if (out / "x.json").exists() else []
     return Session(out, done.stdout, done.stderr, done.returncode, rows)
 
 
 def test_the_session_succeeds(session: Session) -> None:
     assert session.returncode == 0, session.stderr[-3000:]
+
+
+def test_results_go_under_the_cache_and_never_into_the_working_directory(
+        session: Session) -> None:
+    assert session.results.parent == session.out / "xdg" / "bulkfetch" / "bench"
+    assert session.results.name.endswith("-quick")
+    assert (session.results / "table.md").is_file()
+    assert list((session.out / "cwd").iterdir()) == []
 
 
 def test_json_rows_have_the_required_keys(session: Session) -> None:
@@ -70,7 +86,7 @@ def test_json_rows_have_the_required_keys(session: Session) -> None:
     measured = [r for r in session.rows if "skipped" not in r]
     assert all(r["verified"] is True for r in measured), [
         (r["name"], r["check"]) for r in measured if not r["verified"]]
-    results = json.loads((session.out / "results" / "results.json").read_text())
+    results = json.loads((session.results / "results.json").read_text())
     assert [r["name"] for r in results] == [r["name"] for r in session.rows]
 
 
@@ -100,12 +116,12 @@ def test_table_and_projection_are_printed(session: Session) -> None:
     assert "Sweep of workers" in session.stdout and "Sweep of concurrency" in session.stdout
     assert lines[-1].startswith("One billion files at bulkfetch-")
     assert "16-core client" in lines[-1]
-    table = (session.out / "results" / "table.md").read_text()
+    table = (session.results / "table.md").read_text()
     assert table.strip() == session.stdout.strip()
 
 
 def test_charts_and_machine_description(session: Session) -> None:
-    results = session.out / "results"
+    results = session.results
     machine = (results / "machine.txt").read_text()
     assert "cpu: " in machine and "nginx: " in machine
     if importlib.util.find_spec("matplotlib") is None:

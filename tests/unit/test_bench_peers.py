@@ -161,11 +161,15 @@ def test_results_directory_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(machine, "cores", lambda: 2)
     day = datetime.date(2026, 11, 22)
     assert machine.slug(day) == "2026-11-22-2c-intel-xeon-platinum-8375c"
-    assert output.default_out(False, tmp_path, day) == (
-        tmp_path / "bulkfetch-bench-results" / "2026-11-22-2c-intel-xeon-platinum-8375c")
-    (tmp_path / "benchmarks").mkdir()
-    assert output.default_out(True, tmp_path, day) == (
-        tmp_path / "benchmarks" / "results" / "2026-11-22-2c-intel-xeon-platinum-8375c-quick")
+    slug = "2026-11-22-2c-intel-xeon-platinum-8375c"
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": "/home/u"}
+    assert output.default_out(False, cache, day) == tmp_path / "xdg" / "bulkfetch" / "bench" / slug
+    assert output.default_out(True, cache, day) == (
+        tmp_path / "xdg" / "bulkfetch" / "bench" / f"{slug}-quick")
+    # unset or relative (the XDG spec ignores it then): ~/.cache; never the working directory
+    for home_only in ({"HOME": "/home/u"}, {"HOME": "/home/u", "XDG_CACHE_HOME": "rel"}):
+        assert output.default_out(False, home_only, day) == Path(
+            "/home/u/.cache/bulkfetch/bench", slug)
 
 
 def test_machine_description_has_the_asked_lines() -> None:

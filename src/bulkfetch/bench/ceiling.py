@@ -1,6 +1,6 @@
 """The server's outer ceiling: `wrk -t1 -c64` against one file, as in the standard setup of
-BENCHMARKS.md. One URL overstates what the server does for distinct files, so it is an upper
-bound, not a target."""
+docs/guide/benchmarks.md. One URL overstates what the server does for distinct files, so it
+is an upper bound, not a target."""
 
 from __future__ import annotations
 

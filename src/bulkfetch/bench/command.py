@@ -27,8 +27,9 @@ QUICK_FILES = 20_000
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               metavar="DIR",
               help="Results directory (table.md, results.json, chart.png, sweep plots, "
-                   "machine.txt). [default: benchmarks/results/<date>-<machine> in a "
-                   "checkout, else ./bulkfetch-bench-results/...]")
+                   "machine.txt); its path is printed at the end. [default: "
+                   "$XDG_CACHE_HOME/bulkfetch/bench/<date>-<machine>, ~/.cache when unset; "
+                   "-quick added with --quick]")
 @click.option("--sweep-workers", is_flag=True,
               help="Also plot files/s of bulkfetch (null sink) against workers 1..2×cores.")
 @click.option("--sweep-concurrency", is_flag=True,
@@ -45,9 +46,10 @@ def bench(files: int | None, quick: bool, json_path: Path | None, out: Path | No
           only: str | None) -> None:
     """Measure bulkfetch beside the case study's designs and peer tools on this machine.
 
-    Exports the data set, starts nginx as in the standard setup of BENCHMARKS.md (server on
-    core 0, client on core 1 when there are two or more), measures the wrk ceiling, then runs
-    each row with a fresh destination and verifies it (file count and a sample of MD5s):
+    Exports the data set, starts nginx as in the standard setup of docs/guide/benchmarks.md
+    (server on core 0, client on core 1 when there are two or more), measures the wrk
+    ceiling, then runs each row with a fresh destination and verifies it (file count and a
+    sample of MD5s):
 
     \b
       designs    sync, threads-10, threads-100, processes, asyncio, combo (the case study's,
@@ -57,8 +59,8 @@ def bench(files: int | None, quick: bool, json_path: Path | None, out: Path | No
 
     Prints a markdown table (files/s, per core, CPU µs per file, peak RSS, ratio to the wrk
     ceiling and to the case study's best design 'combo', verified) and a projection for one
-    billion files; writes the results directory with a bar chart and, with --sweep-*, line
-    plots. A missing tool or library skips its row with the reason. Needs nginx
+    billion files; writes the results directory (--out) with a bar chart and, with
+    --sweep-*, line plots. A missing tool or library skips its row with the reason. Needs nginx
     (apt-get install nginx-light); the baselines need `pip install -e .[bench]`.
     Exit status: 0 every row verified, 1 some row not verified or no session.
     """

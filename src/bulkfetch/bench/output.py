@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +23,20 @@ from bulkfetch.bench.rows import (
 from bulkfetch.bench.session import Outcome
 from bulkfetch.bench.table import main_table, sweep_table
 
-RESULTS = Path("benchmarks") / "results"
-FALLBACK = Path("bulkfetch-bench-results")
 SWEEPS = ("workers", "concurrency")
 
 
-def default_out(quick: bool, cwd: Path | None = None,
+def default_out(quick: bool, environ: Mapping[str, str] | None = None,
                 today: datetime.date | None = None) -> Path:
-    """benchmarks/results/<date>-<machine>[-quick] in a checkout (a benchmarks/ directory
-    here), else bulkfetch-bench-results/<date>-<machine>[-quick]."""
-    here = cwd or Path.cwd()
-    parent = here / RESULTS if (here / "benchmarks").is_dir() else here / FALLBACK
-    return parent / (machine.slug(today) + ("-quick" if quick else ""))
+    """$XDG_CACHE_HOME/bulkfetch/bench/<date>-<machine>[-quick] (~/.cache when unset or not
+    absolute, as the XDG spec says): outside any checkout, so a session never leaves
+    untracked files in the project; `--out` records one where it should be kept."""
+    env = os.environ if environ is None else environ
+    cache = env.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):
+        cache = os.path.join(env.get("HOME") or Path.home(), ".cache")
+    name = machine.slug(today) + ("-quick" if quick else "")
+    return Path(cache) / "bulkfetch" / "bench" / name
 
 
 def records(outcome: Outcome) -> list[dict[str, Any]]:
