@@ -59,8 +59,14 @@ def registries() -> Iterator[list[Started]]:
     yield started
     for each in started:
         if each.process.poll() is None:
-            os.killpg(each.process.pid, signal.SIGKILL)
-            each.process.wait()
+            # SIGTERM, as a user's Ctrl-C: docker-registry runs in a session of its own,
+            # which only the module's own clean-up stops (a SIGKILL would leave it running)
+            each.process.send_signal(signal.SIGTERM)
+            try:
+                each.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(each.process.pid, signal.SIGKILL)
+                each.process.wait()
 
 
 def pull(tmp: Path, command: str) -> subprocess.CompletedProcess[str]:
