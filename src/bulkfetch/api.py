@@ -28,7 +28,7 @@ from bulkfetch.config import (
 from bulkfetch.errors import UsageError
 from bulkfetch.models import Progress, Report
 
-AUTO_START = 64  # --concurrency auto's first limit: today's fixed default
+AUTO_START = 4  # --concurrency auto's first limit (issue 47: slow start grows it fast)
 
 
 def _concurrency(value: int | str) -> tuple[bool, int]:

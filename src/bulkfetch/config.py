@@ -182,6 +182,9 @@ class Limits:
     # pieces over `parts` connections (engine/parts.py).
     split_above: int = 64 << 20
     parts: int = 8
+    # What --concurrency auto learned of hosts in a former run into DEST, to start near it:
+    # (host, limit per worker, lowest latency in seconds or 0.0), dest/host_memory.py
+    remembered: tuple[tuple[str, int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.concurrency < 1:

@@ -147,6 +147,17 @@ class Tick(Counts):
     # ticks at which transfers waited for the worker's share of --limit-rate or --max-rps
     # (or a host's pause): the coordinator gives such a worker more (rate_shares.py)
     held_ticks: int = 0
+    # stragglers (engine/stragglers.py): asked for again on another connection, and how
+    # many of those answered first; connects dialled again; transfers given back to the
+    # queue when a limit fell
+    hedged: int = 0
+    hedges_won: int = 0
+    redialed: int = 0
+    requeued: int = 0
+    # --concurrency auto: what the worker learned of its hosts (host, limit, lowest latency
+    # or 0.0), the highest limits first, a few at most; kept for a resumed run
+    # (dest/host_memory.py)
+    learned: tuple[tuple[str, int, float], ...] = ()
 
 
 @dataclass
@@ -217,6 +228,11 @@ class Report(Counts):
     workers: list[dict[str, object]] = field(default_factory=list)
     # Pages a lost worker (a Ray actor or node that died) held, fetched again by the others
     pages_reassigned: int = 0
+    # Stragglers (see Tick)
+    hedged: int = 0
+    hedges_won: int = 0
+    redialed: int = 0
+    requeued: int = 0
     # get --sync: files found in step with the source without a body (the listing's size and
     # MD5, or a 304), and files removed by --delete as no longer listed
     unchanged: int = 0

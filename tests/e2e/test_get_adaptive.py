@@ -93,7 +93,8 @@ def test_a_capped_host_does_not_hold_back_its_neighbour(reference_server,
     assert report["files_ok"] == capped_files + far_files
     refused = sum(1 for r in capped.requests() if r.status == 503)
     assert refused < capped_files // 10, refused
-    assert report["concurrency"]["final"] >= 64, report["concurrency"]
+    # the worker's pool grew from its gentle start well past the capped host's 8
+    assert report["concurrency"]["final"] >= 24, report["concurrency"]
 
 
 def test_big_bodies_from_two_hosts_leave_each_hosts_window(reference_server,

@@ -126,8 +126,9 @@ def test_a_silent_server_is_cut_by_the_idle_timeout(reference_server: Start,
     files = 500
     server = reference_server("--files", str(files), "--page-size", "100",
                               "--stall-rate", "0.03", access_log=True)
+    # a fixed -c: under auto a silent request is hedged well before any idle timeout
     proc, report = get(server.url, tmp_path / "dest", tmp_path / "r.json", "--idle-timeout", "1",
-                       timeout=90)
+                       "-c", "16", timeout=90)
     assert proc.returncode == 0, proc.stderr
     assert any(r.fault == "stall" for r in server.requests())
     assert report["retries"] > 0

@@ -24,7 +24,7 @@ def transfer(host: str, number: int) -> tuple[object, ...]:
 
 def gated(start: int = 4) -> tuple[HostGate, HostWindows, Clock]:
     clock = Clock()
-    windows = HostWindows(start, 1024, clock)
+    windows = HostWindows(start, 1024, clock=clock)
     gate = HostGate(clock=clock)
     gate.windows = windows
     return gate, windows, clock
@@ -48,7 +48,7 @@ def test_a_host_at_its_limit_waits_while_another_goes_on() -> None:
 
 
 def test_congestion_lowers_only_its_hosts_limit() -> None:
-    windows = HostWindows(64, 1024, Clock())
+    windows = HostWindows(64, 1024, clock=Clock())
     for host in (A, B):
         for _ in range(64):
             windows.started(host)
@@ -71,14 +71,14 @@ def test_a_rising_limit_wakes_the_hosts_parked_transfers() -> None:
     for _ in range(20):  # a busy host whose files/s rose: slow start doubles it
         windows.completed(A, 0.01)
     clock.now += 0.3
-    gate.wake_hosts(windows.sweep())
+    gate.wake_hosts(windows.sweep()[0])
     assert windows.limit(A) == 8
     assert gate.release() == [(held, False)]
 
 
 def test_idle_hosts_that_taught_nothing_are_forgotten() -> None:
     """A URL table over a million hosts: each one's entry goes when it goes idle."""
-    windows = HostWindows(64, 1024, Clock())
+    windows = HostWindows(64, 1024, clock=Clock())
     for number in range(1000):
         host = f"http://h{number}.example"
         windows.started(host)
@@ -93,7 +93,7 @@ def test_idle_hosts_that_taught_nothing_are_forgotten() -> None:
 
 
 def test_the_first_host_keeps_what_the_worker_learned() -> None:
-    windows = HostWindows(64, 4096, Clock())
+    windows = HostWindows(64, 4096, clock=Clock())
     windows.adopt(A, 900)
     assert windows.limit(A) == 900 and windows.limit(B) == 64
 

@@ -82,11 +82,14 @@ class _Get(click.Command):
                    "began on this machine). [default: RAY_ADDRESS, else a Ray started for "
                    "this run]")
 @click.option("-c", "--concurrency", default="auto", show_default=True, metavar="N|auto",
-              help="Transfers in flight per worker. auto: start at 64 and measure: double "
-                   "while files/s rises, then follow latency; back off on 429, 503 (at once "
-                   "when they ask for a pause), timeouts and refused connections (up to "
-                   "--max-concurrency). Over several hosts each host has its own limit, so "
-                   "one host's pushback slows only that host. A number fixes it.")
+              help="Transfers in flight per worker. auto: start at 4 (a resumed run: near "
+                   "what the host took before) and measure: double while files/s rises, then "
+                   "follow latency; back off on 429, 503 (at once when they ask for a pause), "
+                   "timeouts, refused and redialled connections (up to --max-concurrency). "
+                   "Over several hosts each host has its own limit, so one host's pushback "
+                   "slows only that host. A request silent far longer than its host's answers "
+                   "is asked again on another connection, the first answer wins. A number "
+                   "fixes it and turns this off.")
 @click.option("--max-concurrency", type=click.IntRange(min=1), default=4096,
               show_default=True,
               help="With --concurrency auto: at most this many per worker (and no more than "

@@ -111,6 +111,22 @@ def stop_line(report: Report) -> str | None:
     return _status(report)[0] if report.error is not None else None
 
 
+def straggler_lines(report: Report) -> list[str]:
+    """What --concurrency auto did about transfers left without an answer, if anything."""
+    lines = []
+    if report.hedged:
+        lines.append(f"{report.hedged:,} asked for again on another connection (silent far "
+                     f"longer than their host's answers take); {report.hedges_won:,} of those "
+                     "answered first")
+    if report.redialed:
+        lines.append(f"{report.redialed:,} connects dialled again (unanswered within a few of "
+                     "the host's latencies: a full accept queue drops them)")
+    if report.requeued:
+        lines.append(f"{report.requeued:,} transfers queued again when the server wanted fewer "
+                     "in flight")
+    return lines
+
+
 def summary_table(report: Report) -> Table:
     """The end-of-run summary: outcome, counts, bytes, time and rates."""
     # rich's tables and consoles load late: a --quiet run never draws one, and importing
@@ -175,6 +191,9 @@ def summary_table(report: Report) -> Table:
         table.add_row("concurrency", Text(
             f"auto: {report.concurrency_final:,} in flight allowed at the end, at most "
             f"{report.concurrency_peak:,} (all workers)"))
+    stragglers = straggler_lines(report)
+    if stragglers:
+        table.add_row("stragglers", Text("; ".join(stragglers)))
     if report.ranged_restarts:
         table.add_row("ranges", Text(f"{report.ranged_restarts:,} split files started over as "
                                      "one stream (the server's ranges could not be trusted)",
@@ -300,6 +319,9 @@ def report_dict(report: Report) -> dict[str, object]:
         "pages": report.pages,
         "pages_listed": report.pages_listed,
         "pages_reassigned": report.pages_reassigned,
+        "hedged": {"sent": report.hedged, "won": report.hedges_won},
+        "redialed": report.redialed,
+        "requeued": report.requeued,
         "unchanged": report.unchanged,
         "changed_in_dest": report.changed_in_dest,
         "deleted": report.deleted,

@@ -4,7 +4,9 @@ A fixed number is wrong somewhere: 64 in flight is plenty on loopback and a tent
 a 100 ms server allows (Little's law: files/s = in flight / latency). The controller
 watches what the worker gets for the transfers it keeps in flight and moves the limit:
 
-- slow start: the limit doubles each interval while completed files/s rises by at least
+- slow start: from a gentle few (api.AUTO_START: a small server's accept queue is never
+  flooded; a resumed run starts from what its host took, dest/host_memory.py), the limit
+  doubles each interval while completed files/s rises by at least
   RISE (and latency stays near its floor); the first interval without that rise ends slow
   start and the limit goes back to the last one that paid;
 - then steady: -1/10 an interval while latency stays above QUEUEING x its floor (requests
@@ -74,7 +76,18 @@ class Controller:
         self.backed_off_to = self.ceiling  # the limit the last back-off set
         self.crept = -math.inf  # when the creep last added near the cap
         self.watch_latency = True  # off: files/s alone decides (see above)
+        self.answered = 0  # transfers ended with a body, ever (stragglers.py: it answers)
+        self.recent_latency = math.inf  # the mean latency of the last interval with answers
         self._reset(clock())
+
+    def resume(self, limit: int, floor_latency: float) -> None:
+        """Start where a former run's controller for this host ended (dest/host_memory.py):
+        at its limit, in the steady phase (no doubling past a cap it may have met), with
+        its latency floor when it had one, so queueing shows from the first interval."""
+        self.limit = self.paid_limit = min(max(limit, self.floor), self.ceiling)
+        self.slow_start = False
+        if floor_latency > 0.0:
+            self.floor_latency = floor_latency
 
     def _reset(self, now: float) -> None:
         self.started = now
@@ -89,6 +102,7 @@ class Controller:
         """`count` transfers ended; `latency_sum`: their seconds from start to end."""
         self.completions += count
         self.latency_sum += latency_sum
+        self.answered += count
 
     def congested(self, count: int = 1, told_to_wait: bool = False) -> None:
         """A 429 or 503, a timeout or a refused connection: the server wants less.
@@ -124,6 +138,8 @@ class Controller:
         latency = self.latency_sum / self.completions if self.completions else math.inf
         used = self.busiest >= self.limit * 0.9
         new = self.limit
+        if self.completions:
+            self.recent_latency = latency
         if self._congested():
             # Slow start overshoots (it doubled past the cap): back off hard. Congestion met
             # while creeping, or near where it began before, is the cap itself: gently.

@@ -41,6 +41,8 @@ _URL = pycurl.URL
 NAP_S, NAP_BELOW_RATE, NAP_WINDOW_S = 0.004, 64 << 20, 0.1
 
 
+AUTO_SLOTS = 32  # big streams in flight under --concurrency auto (see BigFiles.slots)
+
 class BigFiles:
     def __init__(self, transfers: Transfers, options: GetOptions) -> None:
         self.transfers = transfers
@@ -56,7 +58,10 @@ class BigFiles:
         # body unread, its connection. Counted by the fetcher's wants_pages like its own
         # pending, so a worker takes no more pages than it can start.
         self.sized: deque[tuple[Any, ...]] = deque()
-        self.slots = max(1, limits.concurrency // 2)
+        # Streams in flight at once: half a fixed --concurrency; under auto, AUTO_SLOTS on
+        # handles of their own beside the small transfers' window (which starts at a few
+        # and judges itself by files/s: a split file's parts end too seldom for that).
+        self.slots = AUTO_SLOTS if limits.adaptive else max(1, limits.concurrency // 2)
         self.last_moved = 0  # bytes of the big bodies in flight when the window began
         self.window_start = 0.0
         self.napping = False

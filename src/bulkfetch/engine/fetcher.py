@@ -17,14 +17,15 @@ from itertools import repeat
 import pycurl
 
 from bulkfetch.config import GetOptions
-from bulkfetch.engine.adaptive import Controller, open_file_ceiling
+from bulkfetch.engine.adaptive import open_file_ceiling
+from bulkfetch.engine.auto import AutoConcurrency
 from bulkfetch.engine.big import BigFiles
 from bulkfetch.engine.conditional import ConditionalPages
 from bulkfetch.engine.digests import BY_DIGEST, BY_MD5, BY_SIZE, held_body_mismatch, states_digest
-from bulkfetch.engine.host_windows import HostWindows
-from bulkfetch.engine.hosts import HostGate, host_of
+from bulkfetch.engine.hosts import host_of
 from bulkfetch.engine.pages import Pages, PageState, Transfer, resolve_items
 from bulkfetch.engine.request_stats import RequestStats
+from bulkfetch.engine.second_tries import SecondTries
 from bulkfetch.engine.stated import SHA256, stated_md5, unlike_listing
 from bulkfetch.engine.transfers import Transfers
 from bulkfetch.models import Page, PageReport, Tick, largest_first
@@ -85,19 +86,14 @@ class Fetcher:
         self.on_completed = self._completed
         self.conditional: ConditionalPages | None = None
         limits = options.limits
-        # --concurrency auto: the controller moves the number of handles (engine/adaptive.py)
-        self.controller: Controller | None = None
-        if limits.adaptive:
-            self.controller = Controller(limits.concurrency,
-                                         min(limits.max_concurrency, open_file_ceiling()))
+        # --concurrency auto: a controller moves the number of handles (auto.py)
+        self.auto = AutoConcurrency(limits, transfers) if limits.adaptive else None
+        self.controller = self.auto.controller if self.auto is not None else None
         # (a fixed --concurrency too: sockets beyond the descriptors would leave none for
         # the files, and every file would fail; the CLI says so, cli/get.py)
         self.window = self.controller.limit if self.controller else \
             min(limits.concurrency, open_file_ceiling())
         self.peak_window = self.window
-        # ... and once a second host appears, each host's own (host_windows.py): until
-        # then `first_host` is the only one seen and the worker's controller is its own.
-        self.first_host: str | None = None
         # --metrics: request latencies and transfers by host, for the ticks
         self.stats = RequestStats() if options.metrics else None
         self.held_ticks = 0  # ticks at which the gate held transfers (Tick.held_ticks)
@@ -106,6 +102,10 @@ class Fetcher:
         # Bodies above --spool-above; `spooling` is its handles in flight, by handle.
         self.big = BigFiles(transfers, options)
         self.spooling = self.big.active
+        # Under --concurrency auto, stragglers get a second try (second_tries.py); the two
+        # collections are the ones the per-file path looks at (empty: nothing to do).
+        self.second = SecondTries(transfers, self.spooling, self.pending, self.auto)
+        self.twin, self.dropped = self.second.book.twin, self.second.book.dropped
 
     # -- feeding -------------------------------------------------------------------------
     @property
@@ -132,8 +132,8 @@ class Fetcher:
             self._store_inline(state, name, url, body)
         queue = self.pending if self.spool_above else self.big.pending
         partials, resume = self.big.partials, self.big.resume
-        if self.controller is not None and self.transfers.windows is None:
-            self._look_for_hosts(ready)
+        if self.auto is not None and self.transfers.windows is None:
+            self.auto.look_for_hosts(ready)
         sized = self.big.sized_streams(state, page)
         for name, url in ready:
             transfer = (state, name, url, 1)
@@ -145,27 +145,6 @@ class Fetcher:
                 queue.append(transfer)
         if state.remaining == 0 and state in self.pages.live:
             self.pages.finish(state)
-
-    def _look_for_hosts(self, ready: list[tuple[str, str]]) -> None:
-        """--concurrency auto: on the second host, a controller per host (host_windows.py).
-        The first keeps what the worker's controller learned of it."""
-        if not ready:
-            return
-        if self.first_host is None:
-            self.first_host = host_of(ready[0][1])
-        first = self.first_host
-        prefix = first + "/"  # one C call a URL in the usual case, not host_of()'s slicing
-        if all(url.startswith(prefix) or host_of(url) == first for _, url in ready):
-            return
-        controller = self.controller
-        assert controller is not None
-        windows = HostWindows(self.options.limits.concurrency, controller.ceiling)
-        windows.adopt(self.first_host, controller.limit)
-        controller.watch_latency = False  # each host's watches its own (adaptive.py)
-        transfers = self.transfers
-        if transfers.gate is None:
-            transfers.gate = HostGate()
-        transfers.gate.windows = transfers.windows = windows
 
     def _begin(self, page: Page, names: list[str] | tuple[str, ...]) -> PageState:
         state = self.pages.begin(page, names)
@@ -220,6 +199,8 @@ class Fetcher:
             for transfer, big in reversed(gate.release()):  # ahead of the later ones
                 (self.big.pending if big else pending).appendleft(transfer)  # type: ignore[arg-type]
         if self.big.pending or self.big.sized:
+            if self.controller is not None:  # big streams get handles beside the window
+                self._make_room_for_big()
             self.big.start_some()
         request_headers = transfers.request_headers
         while free and pending:
@@ -238,6 +219,7 @@ class Fetcher:
             controller.in_flight(len(handles) - len(free))
         pages = self.pages
         if len(free) < len(handles):
+            self.dropped.clear()  # (what a twin's win dropped in an earlier batch is gone)
             while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
                 pass
             completed = self.on_completed
@@ -296,23 +278,53 @@ class Fetcher:
             self.big.pacing.turn(self.spooling)
         if controller is not None:
             now = time.monotonic()
+            # (the excused get handles beside the window, as many at most, and never past
+            # the descriptors' ceiling)
+            spare = controller.ceiling - self.window - len(self.spooling)
+            if now >= self.second.book.next_scan and \
+                    self.second.scan(now, max(0, min(self.window, spare))):
+                self._fit_pool()
             if controller.due(now):
                 self._resize(controller.decide(now))
             if transfers.windows is not None:
-                rose = transfers.windows.sweep()
+                rose, fell = transfers.windows.sweep()
                 if rose:
                     transfers.gate.wake_hosts(rose)  # type: ignore[union-attr]
+                for host, limit in fell:
+                    self.second.above_limit(limit, host)
         return pages.take_finished()
 
     def _resize(self, limit: int) -> None:
+        if limit < self.window and self.transfers.windows is None:
+            self.second.above_limit(limit)
         self.window = limit
         self.peak_window = max(self.peak_window, limit)
-        self.transfers.resize(limit)
+        self._fit_pool()
+
+    def _fit_pool(self) -> None:
+        """--concurrency auto: handles for the window, and beside it for the big streams and
+        the silent transfers excused from it, never past the descriptors' ceiling (a stream
+        holds a socket and a file: open_file_ceiling)."""
+        wanted = self.window + len(self.spooling) + self.second.excused
+        self.transfers.resize(min(wanted, self.controller.ceiling))  # type: ignore[union-attr]
+
+    def _make_room_for_big(self) -> None:
+        """--concurrency auto: as many more handles as big streams may start now."""
+        big, free = self.big, self.free
+        wanted = min(big.slots - len(self.spooling), len(big.pending) + len(big.sized))
+        # (never past the descriptors' ceiling: a stream holds a socket and a file)
+        room = self.controller.ceiling - len(self.handles)  # type: ignore[union-attr]
+        if wanted > len(free) and room > 0:
+            self.transfers.resize(len(self.handles) + min(wanted - len(free), room))
 
     def _completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
         """One transfer ended. The success path is written flat: it runs once per file."""
         if self.spooling and handle in self.spooling:
             self.big.completed(handle, error)
+            return
+        if self.dropped and handle in self.dropped:  # its twin answered first: taken back
+            return
+        if self.twin and handle in self.twin and not self.second.settle(handle, error):
             return
         self.multi.remove_handle(handle)
         transfer = self.transfer_of[handle]
@@ -333,7 +345,7 @@ class Fetcher:
                 return
             retryable, reason = code in RETRYABLE_CURL_ERRORS, f"{message} (curl error {code})"
             if self.controller is not None and code in CONGESTION_CURL_ERRORS:
-                self._congested(transfer[2])
+                self.auto.congested(transfer[2])
         elif handle.getinfo(pycurl.RESPONSE_CODE) == 200:
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             digest = None
@@ -404,7 +416,7 @@ class Fetcher:
             if status in (429, 503):
                 retry_after = retry_after_seconds(header_value(lines, b"retry-after"))
                 if self.controller is not None:  # a pause asked for pauses the host: less
-                    self._congested(transfer[2], bool(retry_after))
+                    self.auto.congested(transfer[2], bool(retry_after))
         chunks.clear()
         lines.clear()
         self.free.append(handle)
@@ -436,15 +448,6 @@ class Fetcher:
             return
         self.pending.appendleft((state, name, target, attempt))
 
-    def _congested(self, url: str, told_to_wait: bool = False) -> None:
-        """The server of `url` wants less: its host's controller, once there is one per
-        host (then the others keep theirs), else the worker's."""
-        windows = self.transfers.windows
-        if windows is not None:
-            windows.congested(host_of(url), told_to_wait)
-        else:
-            self.controller.congested(told_to_wait=told_to_wait)  # type: ignore[union-attr]
-
     def _tls_fatal(self, handle: pycurl.Curl, code: int, message: str) -> FatalTransferError:
         """The error that stops the run on a certificate libcurl refused: every other file
         from that host would fail the same way, so none is failed (its page stays not done;
@@ -465,7 +468,7 @@ class Fetcher:
     # -- the coordinator's side ----------------------------------------------------------
     def tick(self) -> Tick:
         """The worker's counters now, for the coordinator (about every tenth of a second)."""
-        transfers, big = self.transfers, self.big
+        transfers, big, book = self.transfers, self.big, self.second.book
         gate = transfers.gate
         if gate is not None and (gate.count or (big.pacing is not None and big.pacing.held)):
             self.held_ticks += 1
@@ -491,33 +494,18 @@ class Fetcher:
                     limit=self.window, peak_limit=self.peak_window, latency=latency,
                     latency_sum=latency_sum, hosts=hosts, host_limits=host_limits,
                     not_modified=conditional.not_modified if conditional is not None else 0,
-                    continued_bytes=big.ranged.continued, held_ticks=self.held_ticks)
+                    continued_bytes=big.ranged.continued, held_ticks=self.held_ticks,
+                    hedged=book.hedged, hedges_won=book.won, redialed=book.redialed,
+                    requeued=self.second.requeued,
+                    learned=self.auto.learned_now() if self.auto is not None else ())
 
     def _limit_of(self) -> Callable[[str], int] | None:
         """Under --concurrency auto, a host's limit (one host alone: the worker's)."""
-        if self.controller is None:
-            return None
-        windows = self.transfers.windows
-        return windows.limit if windows is not None else (lambda host: self.window)
+        return self.auto.limit_of(self.window) if self.auto is not None else None
 
     def set_rate_share(self, of_bytes: float, of_requests: float) -> None:
-        """This worker's new shares (fractions) of --limit-rate, which its hosts' byte
-        buckets and every handle's cap follow, and of --max-rps (runners/rate_shares.py)."""
-        gate, limits = self.transfers.gate, self.options.limits
-        if gate is None:
-            return
-        if limits.max_rps and gate.max_rps > 0:
-            requests = max(0.01, limits.max_rps * of_requests)
-            if abs(requests - gate.max_rps) >= 0.01 * limits.max_rps:
-                gate.set_request_rate(requests)
-        rate = limits.limit_rate
-        if not rate or gate.byte_rate <= 0:
-            return
-        new = max(1.0, rate * of_bytes)
-        if abs(new - gate.byte_rate) < 0.01 * rate:
-            return
-        self.transfers.cap_rate(new)
-        if self.big.pacing is not None:
+        """This worker's new shares of --limit-rate and --max-rps (Transfers.share_rates)."""
+        if self.transfers.share_rates(of_bytes, of_requests) and self.big.pacing is not None:
             self.big.pacing.hold_again()
 
     # -- stopping ----------------------------------------------------------------------
@@ -536,6 +524,7 @@ class Fetcher:
                     buffer.clear()
                 self.free.append(handle)
         self.pending.clear()
+        self.second.clear()
         self.transfers.waiting.clear()
         if self.transfers.gate is not None:
             self.transfers.gate.clear()

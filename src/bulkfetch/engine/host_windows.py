@@ -27,8 +27,14 @@ HOST_FLOOR = 1  # a host that takes one transfer at a time gets one, not the wor
 
 class HostWindows:
     def __init__(self, start: int, ceiling: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 remembered: tuple[tuple[str, int, float], ...] = (),
+                 clock: Callable[[], float] = time.monotonic,
+                 label: Callable[[str], str] = str) -> None:
         self.start = start
+        # what a former run learned of some hosts (dest/host_memory.py): (limit, floor)
+        # (by a host's `label`: its name without credentials, as it was remembered)
+        self.remembered = {host: (limit, floor) for host, limit, floor in remembered}
+        self.label = label
         self.ceiling = ceiling
         self.clock = clock
         self.controllers: dict[str, Controller] = {}
@@ -41,6 +47,9 @@ class HostWindows:
         if controller is None:
             controller = self.controllers[host] = Controller(
                 self.start, self.ceiling, floor=HOST_FLOOR, clock=self.clock)
+            remembered = self.remembered.get(self.label(host)) if self.remembered else None
+            if remembered is not None:
+                controller.resume(*remembered)
         return controller
 
     def adopt(self, host: str, limit: int) -> None:
@@ -82,14 +91,16 @@ class HostWindows:
         self._controller(host).congested(told_to_wait=told_to_wait)
         self.heard.add(host)
 
-    def sweep(self) -> list[str]:
+    def sweep(self) -> tuple[list[str], list[tuple[str, int]]]:
         """Let each host heard from decide, at most every MIN_INTERVAL_S; returns the
-        hosts whose limit rose (their parked transfers may start)."""
+        hosts whose limit rose (their parked transfers may start) and those whose limit
+        fell, each with its new limit (transfers beyond it may go back to the queue)."""
         now = self.clock()
         if now - self.swept < MIN_INTERVAL_S:
-            return []
+            return [], []
         self.swept = now
         rose: list[str] = []
+        fell: list[tuple[str, int]] = []
         for host in list(self.heard):
             controller = self.controllers.get(host)
             if controller is None:
@@ -97,12 +108,15 @@ class HostWindows:
                 continue
             if controller.due(now):
                 before = controller.limit
-                if controller.decide(now) > before:
+                after = controller.decide(now)
+                if after > before:
                     rose.append(host)
+                elif after < before and self.busy.get(host, 0) > after:
+                    fell.append((host, after))
                 if host not in self.busy:  # idle now: nothing more to hear until it starts
                     self.heard.discard(host)
                     self._forget_if_plain(host)
-        return rose
+        return rose, fell
 
     def _forget_if_plain(self, host: str) -> None:
         """Drop an idle host's controller when it learned nothing: a new one starts the

@@ -125,6 +125,10 @@ class Transfers:
             for handle in dropped:
                 del self.buffers[handle]
                 handle.close()
+        # The multi keeps connections in a cache of its own, closed handles' too: as many
+        # as the pool, so sockets never outnumber the handles the descriptors were
+        # budgeted for (adaptive.open_file_ceiling) after the pool shrank or churned.
+        self.multi.setopt(pycurl.M_MAXCONNECTS, max(1, len(handles)))
 
     @property
     def in_flight(self) -> int:
@@ -155,6 +159,26 @@ class Transfers:
         self.handle_rate = max(1, int(rate))
         for handle in self.handles:
             handle.setopt(pycurl.MAX_RECV_SPEED_LARGE, self.handle_rate)
+
+    def share_rates(self, of_bytes: float, of_requests: float) -> bool:
+        """This worker's new shares (fractions) of --limit-rate, which its hosts' byte
+        buckets and every handle's cap follow, and of --max-rps (runners/rate_shares.py).
+        True when the byte rate moved (streams held for the old one may go again)."""
+        gate, limits = self.gate, self.options.limits
+        if gate is None:
+            return False
+        if limits.max_rps and gate.max_rps > 0:
+            requests = max(0.01, limits.max_rps * of_requests)
+            if abs(requests - gate.max_rps) >= 0.01 * limits.max_rps:
+                gate.set_request_rate(requests)
+        rate = limits.limit_rate
+        if not rate or gate.byte_rate <= 0:
+            return False
+        new = max(1.0, rate * of_bytes)
+        if abs(new - gate.byte_rate) < 0.01 * rate:
+            return False
+        self.cap_rate(new)
+        return True
 
     # -- what the source vouches for ------------------------------------------------------
     def pin_of(self, transfer: tuple[Any, ...]) -> Pinned | None:

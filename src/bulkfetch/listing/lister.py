@@ -6,6 +6,8 @@ from __future__ import annotations
 import queue
 import random
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +37,11 @@ class ListingFailed:
 
 
 ListerEvent = Listed | ListingFinished | ListingFailed
+
+# A list request silent for PATIENCE_FACTOR times the slowest of the last pages (at least
+# PATIENCE_FLOOR_S) is given up and asked again: a server that leaves one request unanswered
+# must not hold the listing for --idle-timeout. A page asked again gets the full timeout.
+PATIENCE_FACTOR, PATIENCE_FLOOR_S, PATIENCE_PAGES = 8.0, 2.0, 16
 
 
 def _cut(page: ListedPage, at: int, next_token: str | None) -> ListedPage:
@@ -107,9 +114,13 @@ class Lister(ListerThread):
                  replay: list[tuple[int, str | None, str | None]],
                  start_seq: int, start_token: str | None, list_more: bool, ahead: int,
                  before: tuple[int, str | None] | None = None,
-                 key_of: Callable[[str], str] | None = None) -> None:
+                 key_of: Callable[[str], str] | None = None, idle_s: float = 30.0) -> None:
         super().__init__("bulkfetch-lister", ahead)
         self.source = source
+        # the source's word for how long a silent answer may last (None: it cannot say)
+        self.be_patient = source.abilities().listing_patience
+        self.idle_s = idle_s  # --idle-timeout: the patience of a page asked again
+        self.took: deque[float] = deque(maxlen=PATIENCE_PAGES)  # the last pages' seconds
         self.policy = policy
         self.replay = replay
         self.start_seq = start_seq
@@ -125,8 +136,13 @@ class Lister(ListerThread):
         token = carry.decode(token)[0]
         attempt = 1
         while True:
+            if self.be_patient is not None and len(self.took) >= 3:
+                self.be_patient(max(PATIENCE_FLOOR_S, PATIENCE_FACTOR * max(self.took))
+                                if attempt == 1 else self.idle_s)
+            began = time.monotonic()
             try:
                 page = self.source.list_page(token)
+                self.took.append(time.monotonic() - began)
                 self.answered = True
                 return page
             except ListingError as exc:

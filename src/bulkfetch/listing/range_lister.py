@@ -344,4 +344,5 @@ def lister_from_start(source: Source, options: GetOptions) -> Lister | RangeList
     if ranged is not None:
         return RangeLister(ranged, options.retry, [], [], 0, True, ahead=ahead,
                            concurrency=options.s3.list_concurrency)
-    return Lister(source, options.retry, [], 0, None, list_more=True, ahead=ahead)
+    return Lister(source, options.retry, [], 0, None, list_more=True, ahead=ahead,
+                  idle_s=options.timeouts.idle_s)

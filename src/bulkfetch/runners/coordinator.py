@@ -140,7 +140,8 @@ class Coordinator:
         else:
             lister = Lister(self.source, options.retry, replay, next_seq, next_token,
                             list_more=list_more, ahead=options.limits.max_pages_out,
-                            before=journal.last_page() if list_more else None, key_of=key_of)
+                            before=journal.last_page() if list_more else None, key_of=key_of,
+                            idle_s=options.timeouts.idle_s)
         started = time.monotonic()
         self.started_at = time.time()
         interrupted = False
@@ -481,6 +482,10 @@ class Coordinator:
             failures_file=failures_file,
             workers=self._worker_summaries(),
             pages_reassigned=self.pages_reassigned,
+            hedged=sum(t.hedged for t in ticks),
+            hedges_won=sum(t.hedges_won for t in ticks),
+            redialed=sum(t.redialed for t in ticks),
+            requeued=sum(t.requeued for t in ticks),
             unchanged=sum(t.not_modified for t in ticks),
             started_at=self.started_at,
             finished_at=time.time(),

@@ -84,6 +84,9 @@ class Snapshot(Counts):
     failures_by_reason: dict[str, int] = field(default_factory=dict)  # this run's
     latency: tuple[int, ...] = ()  # requests by LATENCY_BUCKETS (then +Inf), --metrics
     latency_sum: float = 0.0
+    hedged: int = 0  # stragglers asked for again (engine/stragglers.py) ...
+    hedges_won: int = 0  # ... and those that answered first
+    redialed: int = 0  # connects dialled again
     metrics_url: str | None = None
     error: str | None = None
     version: int = STATUS_VERSION
@@ -180,6 +183,8 @@ class LiveStatus:
             hosts=hosts, host_limits=host_limits, failures_by_reason=dict(self.failures),
             latency=tuple(latency) if any(t.latency for t in ticks) else (),
             latency_sum=latency_sum,
+            hedged=sum(t.hedged for t in ticks), hedges_won=sum(t.hedges_won for t in ticks),
+            redialed=sum(t.redialed for t in ticks),
             metrics_url=self.metrics.url if self.metrics is not None else None)
 
     def _publish(self, snapshot: Snapshot, now: float, force: bool = False) -> None:

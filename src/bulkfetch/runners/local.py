@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bulkfetch.config import GetOptions
-from bulkfetch.dest import index
+from bulkfetch.dest import host_memory, index
 from bulkfetch.dest.journal import Journal
 from bulkfetch.dest.sums import SUMS_DIR, compact
 from bulkfetch.errors import BulkfetchError, UsageError
@@ -91,6 +91,11 @@ def run(options: GetOptions, on_progress: ProgressCallback | None = None) -> Rep
     prepare_dest(dest)
     before = DestBefore.note(dest)
     source = make_source(options)
+    if options.limits.adaptive and not options.restart:
+        remembered = host_memory.recall(dest)
+        if remembered:  # a former run's hosts: start near what it learned of them
+            options = dataclasses.replace(options, limits=dataclasses.replace(
+                options.limits, remembered=remembered))
     pool: WorkerPool
     try:
         if options.runner.kind == "ray":
@@ -173,10 +178,14 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
                     "source no longer lists. Finish it first (the same command without "
                     "--sync, --delete), then run --sync --delete")
         live = LiveStatus(options, source.describe(), metrics)
+        coordinator = Coordinator(options, source, journal, on_progress, live, sync)
         try:
-            report = Coordinator(options, source, journal, on_progress, live, sync).run(pool)
+            report = coordinator.run(pool)
         finally:
             live.close()
+            if options.limits.adaptive:  # for the next run into DEST, stopped or not
+                host_memory.remember(dest, (learned for tick in coordinator.ticks.values()
+                                            for learned in tick.learned))
         if sync is not None:
             try:
                 report = _after_sync(options, sync, report)

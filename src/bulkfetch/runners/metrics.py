@@ -75,6 +75,13 @@ class _Collector:
         yield CounterMetricFamily("bulkfetch_bytes", "Bytes stored.", value=shot.bytes)
         yield CounterMetricFamily("bulkfetch_retries", "Retries this run.",
                                   value=shot.retries)
+        yield CounterMetricFamily("bulkfetch_hedged_requests", "Stragglers asked for again "
+                                  "on another connection this run.", value=shot.hedged)
+        yield CounterMetricFamily("bulkfetch_hedged_requests_won", "Hedged requests that "
+                                  "answered first.", value=shot.hedges_won)
+        yield CounterMetricFamily("bulkfetch_connects_redialed", "Connects dialled again "
+                                  "(no answer to the connect within a few of the host's "
+                                  "latencies).", value=shot.redialed)
         failures = CounterMetricFamily("bulkfetch_failures", "Files this run gave up on, "
                                        "by reason.", labels=["reason"])
         for reason, count in sorted(shot.failures_by_reason.items()):

@@ -141,6 +141,10 @@ class Abilities:
     # url -> (URL, headers) of the request that tells an object's part layout (S3's
     # HEAD ?partNumber=1): how an object uploaded in parts is checked whole
     layout_request: Callable[[str], tuple[str, list[str]]] | None = None
+    # seconds -> the listing gives up on an answer that stays silent this long, and asks
+    # again (listing/lister.py sets it from the pages' own times: a request a server left
+    # unanswered costs seconds, not --idle-timeout)
+    listing_patience: Callable[[float], None] | None = None
     # The source lists key ranges at once (S3), page after page otherwise. A MultiRangeSource
     # is listed on one curl multi, any other RangeSource by a thread per request in flight.
     ranges: RangeSource | None = None

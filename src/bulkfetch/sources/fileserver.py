@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
@@ -112,6 +113,7 @@ class FileServerSource:
         self.max_page_size = max_page_size
         self.tls = tls or TlsOptions()
         self._handle: pycurl.Curl | None = None
+        self._patience: int | None = None  # seconds of silence before a list request ends
         prefix, _, suffix = shape.get_template.partition("{name}")
         self._get_prefix, self._get_suffix = self.base + prefix, suffix
         self._url_format = self._get_prefix.replace("%", "%%") + "%s" + suffix.replace("%", "%%")
@@ -120,7 +122,8 @@ class FileServerSource:
         return redact(self.base)
 
     def abilities(self) -> Abilities:
-        return Abilities()  # plain GETs, checked by what the server states
+        # plain GETs, checked by what the server states
+        return Abilities(listing_patience=self._be_patient)
 
     def list_url(self, token: str | None) -> str:
         url = self.base + self.shape.list_path
@@ -172,6 +175,8 @@ class FileServerSource:
             self._handle = new_handle(self.timeouts, self.tls)
             # libcurl refuses a larger announced Content-Length and stops a longer body.
             self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
+            if self._patience is not None:
+                self._handle.setopt(pycurl.LOW_SPEED_TIME, self._patience)
         handle = self._handle
         try:
             return perform_get(handle, url)
@@ -180,3 +185,10 @@ class FileServerSource:
             raise listing_transfer_error(code, message,
                                          handle.getinfo(pycurl.EFFECTIVE_URL) or url,
                                          _where(url), self.max_page_size, self.tls) from None
+
+    def _be_patient(self, seconds: float) -> None:
+        """The lister's word (Abilities.listing_patience): a list request whose answer
+        stays silent this long ends, and is asked again."""
+        self._patience = max(1, math.ceil(seconds))
+        if self._handle is not None:
+            self._handle.setopt(pycurl.LOW_SPEED_TIME, self._patience)

@@ -10,6 +10,7 @@ fetcher checks each body against them, as it does S3's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -108,6 +109,7 @@ class JsonApiSource:
             self.headers = HostHeaders(self.auth, (self.list_url, self._get_prefix))
             self.list_headers = HostHeaders(self.auth, (self.list_url,))
         self._handle: pycurl.Curl | None = None
+        self._patience: int | None = None  # seconds of silence before a list request ends
 
     def describe(self) -> str:
         return redact(self.list_url)
@@ -123,7 +125,8 @@ class JsonApiSource:
         if self.auth.netrc:
             options.append((pycurl.NETRC, pycurl.NETRC_OPTIONAL))
         return Abilities(curl_options=tuple(options), request_headers=self.headers,
-                         follows_redirects=self.headers is not None)
+                         follows_redirects=self.headers is not None,
+                         listing_patience=self._be_patient)
 
     # -- resolving --------------------------------------------------------------------------
     def resolve(self, item: str) -> tuple[str, str]:
@@ -272,6 +275,8 @@ class JsonApiSource:
             self._handle = new_handle(self.timeouts, self.tls)
             # libcurl refuses a larger announced Content-Length and stops a longer body.
             self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
+            if self._patience is not None:
+                self._handle.setopt(pycurl.LOW_SPEED_TIME, self._patience)
             for option, value in self.abilities().curl_options:
                 self._handle.setopt(option, value)
         handle = self._handle
@@ -296,3 +301,10 @@ class JsonApiSource:
                 raise ListingError(f"{_where(url)}: {why or f'more than {MAX_HOPS} redirects'}",
                                    retryable=False)
             url, hops = target, hops + 1
+
+    def _be_patient(self, seconds: float) -> None:
+        """The lister's word (Abilities.listing_patience): a list request whose answer
+        stays silent this long ends, and is asked again."""
+        self._patience = max(1, math.ceil(seconds))
+        if self._handle is not None:
+            self._handle.setopt(pycurl.LOW_SPEED_TIME, self._patience)
