@@ -2,7 +2,8 @@
 
     python benchmarks/cache.py [--reads 1000000] [--keys 100000] [--zipf 1.1] [--threads 32]
 
-nginx serves the standard static export of --keys files (BENCHMARKS.md), pinned to core 0;
+nginx serves the standard static export of --keys files (docs/guide/benchmarks.md),
+pinned to core 0;
 each row runs pinned to core 1 in its own process and reads the same sequence of --reads
 URLs, drawn with a fixed seed from a Zipf(--zipf) law over the keys (a few keys read very
 often, most rarely), every body into memory:

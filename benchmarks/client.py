@@ -2,7 +2,7 @@
 
     python benchmarks/client.py [--files 100000] [--rounds 3] [--threads 32]
 
-nginx serves the standard static export (BENCHMARKS.md), pinned to core 0; every row runs
+nginx serves the standard static export (docs/guide/benchmarks.md), pinned to core 0; every row runs
 pinned to core 1 as its own process, and reads every body into memory:
 
 - Client.get_many: `with bulkfetch.Client() as c: for url, body in c.get_many(urls)`;

@@ -12,7 +12,8 @@ Three setups, every row one worker with --sink null (the transfers are what is m
   beyond 200 in flight): -c 180, 1000 and auto, with the share of answers that were 503
   (the server's access log). Bars: auto under 2% 503s and at least 85% of -c 180's
   files/s; -c 1000 shows what hammering costs.
-- loopback: nginx serving the standard static export (BENCHMARKS.md), pinned the same way:
+- loopback: nginx serving the standard static export (docs/guide/benchmarks.md),
+  pinned the same way:
   -c 64, 256 and auto. Bar: auto at least 90% of the best fixed row's files/s at no more
   than 1.1x its CPU per file.
 

@@ -1,4 +1,4 @@
-"""Speed of `bulkfetch get` in the standard setup of BENCHMARKS.md, side by side with the
+"""Speed of `bulkfetch get` in the standard setup of docs/guide/benchmarks.md, side by side with the
 reference loops, in one run:
 
     python benchmarks/get.py [--files 200000] [--repeat 3] [--paired-rounds N] [--export-dir DIR]

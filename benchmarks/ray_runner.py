@@ -3,7 +3,8 @@
     python benchmarks/ray_runner.py [--files 200000] [--rounds 3] [--ceiling-files 2000000]
                                     [--page-size 1000] [--skip-overhead] [--skip-ceiling]
 
-1. Overhead. nginx serves a static export of the data set (BENCHMARKS.md's standard server);
+1. Overhead. nginx serves a static export of the data set (the standard server of
+   docs/guide/benchmarks.md);
    a one-node Ray cluster of 2 CPUs is started with `ray start --head`. Each round runs
    `bulkfetch get URL DEST --sink null -w 2` once with `--runner local` and once with
    `--runner ray --ray-address ...`, every other round in reverse order. files/s is the

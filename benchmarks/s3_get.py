@@ -3,7 +3,8 @@
     python benchmarks/s3_get.py [--files 200000] [--rounds 3] [--tls] [--only ROW,...]
                                 [--file-size 100]
 
-The standard setup of BENCHMARKS.md for S3: `bulkfetch serve --export-static --s3` writes
+The standard setup of docs/guide/benchmarks.md, for S3: `bulkfetch serve --export-static
+--s3` writes
 the data set as files and an nginx config serving GET /bulkfetch/KEY from them (ETag: the
 MD5), with the listing (GET /bulkfetch?list-type=2...) passed to a live `bulkfetch serve
 --s3` on another port; nginx and that server run pinned to core 0, every client pinned to

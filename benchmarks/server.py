@@ -2,7 +2,7 @@
 
     python benchmarks/server.py [--seconds 5] [--files 1000000]
 
-Following docs/BENCHMARKS.md on a 2-core machine: the server runs pinned to core 0 and wrk
+Following docs/guide/benchmarks.md on a 2-core machine: the server runs pinned to core 0 and wrk
 (-t1 -c64) to core 1 (no pinning when taskset or a second core is missing). Rows:
 
   (a) one URL repeated              /get/<one name>

@@ -2,7 +2,8 @@
 
     python benchmarks/stream.py [--files 200000] [--rounds 3] [--rss-files 200000 2000000]
 
-Speed: nginx serves the standard static export (BENCHMARKS.md) pinned to core 0; every row
+Speed: nginx serves the standard static export (docs/guide/benchmarks.md) pinned to core 0;
+every row
 runs pinned to core 1 as its own process, two worker processes each:
 
 - `bulkfetch get URL DEST --sink null -w 2`: the engine with nothing handed over;
