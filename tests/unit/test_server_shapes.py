@@ -31,11 +31,13 @@ from bulkfetch.server.shapes import (
     git_blob_id,
     lfs_pointer,
 )
+from bulkfetch.sources.autoindex import parse_listing
 from bulkfetch.util.sizes import parse_size_spec
 
 HOST = "127.0.0.1:8123"
 ORIGIN = f"http://{HOST}"
 SHAPED = ("gcs", "link", "drf", "hf-tree")
+INDEX_SHAPES = ("index", "index-json")  # more in test_server_index.py
 LINK = re.compile(r'<([^>]*)>; rel="([a-z]+)"')
 
 
@@ -79,6 +81,8 @@ def body(response: Response) -> bytes:
 # One walk per shape: every page in order -> (items of every page, requests made)
 def walk(app: object, shape: str, first: str | None = None,
          **headers: str) -> tuple[list[dict], int]:
+    if shape in INDEX_SHAPES:
+        return walk_tree(app, first or LISTING_PATHS[shape], **headers)
     target: str | None = first or LISTING_PATHS[shape]
     items: list[dict] = []
     requests = 0
@@ -108,11 +112,30 @@ def walk(app: object, shape: str, first: str | None = None,
     return items, requests
 
 
+def walk_tree(app: object, top: str, **headers: str) -> tuple[list[dict], int]:
+    """--shape index and index-json: every directory's page, read by the parser a crawler
+    uses, depth first in listing order -> ({"name", "url", "size"} of every file, requests)."""
+    items: list[dict] = []
+    requests = 0
+    pending = [f"{ORIGIN}{top}"]
+    while pending:
+        url = pending.pop()
+        response = ask(app, local(url), **headers)
+        requests += 1
+        assert response.status == 200, (url, response.body)
+        listing = parse_listing(response.body, header(response, "Content-Type"), url)
+        items += [{"name": f.name, "url": f.url, "size": f.size} for f in listing.files]
+        pending += [d.url for d in reversed(listing.dirs)]
+    return items, requests
+
+
 def name_of(shape: str, item: dict) -> str:
     return item["path"] if shape == "hf-tree" else item["name"]
 
 
 def download_target(shape: str, item: dict) -> str:
+    if shape in INDEX_SHAPES:
+        return local(item["url"])
     if shape == "gcs":
         return local(item["mediaLink"])
     if shape == "link":

@@ -17,7 +17,7 @@ MAX_EPOCH = 1000  # as server.dataset.MAX_EPOCH, for the same reason
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # As server.shapes.SHAPES (not imported: the server loads when it runs)
-SHAPE_CHOICES = ("seed", "gcs", "link", "drf", "hf-tree")
+SHAPE_CHOICES = ("seed", "gcs", "link", "drf", "hf-tree", "index", "index-json")
 
 
 def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
@@ -151,7 +151,14 @@ def _rate(name: str, help_text: str):  # type: ignore[no-untyped-def]
               help="List the data set as a real API lists files, beside the seed API (see "
                    "SHAPES above and src/bulkfetch/server/shapes.py): gcs (Cloud Storage "
                    "JSON API), link (GitHub/GitLab Link headers), drf (Django REST "
-                   "framework), hf-tree (Hugging Face Hub tree). Not with --s3.")
+                   "framework), hf-tree (Hugging Face Hub tree), index and index-json "
+                   "(nginx autoindex directory listings, HTML or JSON). Not with --s3.")
+@click.option("--index-fanout", type=click.IntRange(2, 100_000), default=50, show_default=True,
+              metavar="F",
+              help="With --shape index or index-json: at most F entries a directory. File i "
+                   "lives in leaf directory i // F; the leaf directories are laid out F to a "
+                   "directory in as many dNNN levels as it takes (none for --files <= F, one "
+                   "up to F*F, two up to F**3, ...).")
 @click.option("--require-bearer", "--bearer-token", "bearer_token", default=None,
               metavar="TOKEN", envvar="BULKFETCH_SERVE_BEARER", show_envvar=True,
               help="Answer every request (listings and files) without 'Authorization: "
@@ -198,7 +205,8 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
           ignore_ranges: bool, wrong_content_range: bool, etag_salt: str, epoch: int,
           mutate_rate: float, s3: bool,
           s3_bucket: str, s3_credentials: str | None, s3_session_token: str | None,
-          lie_md5: tuple[str, ...], shape: str, bearer_token: str | None,
+          lie_md5: tuple[str, ...], shape: str, index_fanout: int,
+          bearer_token: str | None,
           redirect_files_to: str | None,
           list_latency: str | None, max_concurrent: int | None, max_rps: int | None, host: str,
           port: int, processes: int | None, access_log: str | None,
@@ -235,6 +243,15 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
              "oid", "size", "path", "lfs": {"oid" (SHA-256), "size", "pointerSize"}}],
              Link: <...&cursor=C2>; rel="next"; bytes at
              /bulkfetch/synthetic/resolve/main/PATH (/api/datasets/..., /datasets/... too).
+    index    nginx autoindex, HTML (nginx.org/en/docs/http/ngx_http_autoindex_module.html):
+             GET /archive/[dNNN/...] -> nginx's <pre> page of '<a href="NAME">NAME</a>
+             DATE SIZE' lines (exact sizes, '-' for a directory), '../' first; files at
+             /archive/[dNNN/...]NAME; /archive/dNNN is 301 to /archive/dNNN/. At most
+             --index-fanout (50) entries a directory: with 50, 2,500 files are
+             /archive/dNNN/NAME, 125,000 /archive/dNNN/dNNN/NAME, and so on.
+    index-json
+             the same tree as nginx's autoindex_format json: [{"name", "type": "file" or
+             "directory", "mtime" (RFC 1123), "size" (files)}].
     """
     from bulkfetch.server.faults import FaultConfig, parse_latency, parse_redirect_kinds
     from bulkfetch.server.hostile import BAD_PAGE_KINDS
@@ -297,6 +314,7 @@ def serve(files: int, page_size: int, file_size: str, seed: int, nested: bool,
             max_concurrent=max_concurrent,
             max_rps=max_rps,
             shape=shape,
+            index_fanout=index_fanout,
             bearer_token=bearer_token,
             redirect_files_to=redirect_files_to,
         )

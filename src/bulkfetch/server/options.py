@@ -57,6 +57,8 @@ class ServeOptions:
     # Real listing APIs (issue 25, server/shapes.py): the data set listed as `shape` lists,
     # beside the seed API; "seed" builds the plain App, with no wrapper at all
     shape: str = "seed"
+    # --shape index and index-json (server/index_shape.py): entries to a directory
+    index_fanout: int = 50
     # Every request must carry 'Authorization: Bearer TOKEN' (else 401); not with --s3,
     # whose Authorization header is a SigV4 signature
     bearer_token: str | None = None
@@ -151,6 +153,8 @@ class ServeOptions:
             if self.huge_page is not None or self.bad_pages:
                 raise UsageError("--huge-page and --bad-pages break the seed API's pages; "
                                  "they do not apply with --shape")
+        if self.shape in ("index", "index-json"):
+            self._check_index_shape()
         if self.bearer_token is not None:
             why = check_bearer_token(self.bearer_token)
             if why is not None:
@@ -174,6 +178,19 @@ class ServeOptions:
             if missing:
                 raise UsageError(f"--lie-md5: no such file in the data set: "
                                  f"{', '.join(map(repr, missing[:5]))}")
+
+    def _check_index_shape(self) -> None:
+        from bulkfetch.server.index_shape import MAX_FANOUT
+
+        if not 2 <= self.index_fanout <= MAX_FANOUT:
+            raise UsageError(f"--index-fanout must be 2..{MAX_FANOUT}, got {self.index_fanout}")
+        if self.root is not None or self.nested or self.hostile_names:
+            raise UsageError(f"--shape {self.shape} lays out the synthetic data set's flat "
+                             "names as a tree of its own: not with --root, --nested or "
+                             "--hostile-names")
+        if self.faults.lie_md5:
+            raise UsageError(f"--lie-md5 has nothing to misstate with --shape {self.shape}: "
+                             "its listings state no digest (--stale-rate misstates sizes)")
 
     def describe(self) -> str:
         if self.root is not None:
@@ -245,13 +262,18 @@ def _shaped(options: ServeOptions, app: App) -> Handler:
     start-up: the bearer check first (a 401 before anything else), then the redirect of
     file GETs, then the shape's routes (or the seed API's)."""
     from bulkfetch.server.gates import BearerGate, FileRedirect, seed_file_target
-    from bulkfetch.server.shapes import SHAPE_APPS
+    from bulkfetch.server.index_shape import INDEX_APPS
+    from bulkfetch.server.shapes import SHAPE_APPS, ShapeApp
 
     handler: Handler = app
     is_file = seed_file_target
     if options.shape != "seed":
         host = f"[{options.host}]" if ":" in options.host else options.host
-        shaped = SHAPE_APPS[options.shape](app, f"http://{host}:{app.port}")
+        origin = f"http://{host}:{app.port}"
+        if options.shape in INDEX_APPS:
+            shaped: ShapeApp = INDEX_APPS[options.shape](app, origin, options.index_fanout)
+        else:
+            shaped = SHAPE_APPS[options.shape](app, origin)
         handler, is_file = shaped, shaped.file_target
     if options.redirect_files_to is not None:
         handler = FileRedirect(handler, options.redirect_files_to, is_file)

@@ -100,7 +100,8 @@ from bulkfetch.server.faults import Fault
 from bulkfetch.server.s3list import Stale
 from bulkfetch.server.tokens import BadToken, TokenCodec
 
-SHAPES = ("seed", "gcs", "link", "drf", "hf-tree")
+# index and index-json: server/index_shape.py (its apps in INDEX_APPS, which imports this)
+SHAPES = ("seed", "gcs", "link", "drf", "hf-tree", "index", "index-json")
 GCS_BUCKET = "bulkfetch"
 HF_REPO = "bulkfetch/synthetic"
 HF_REVISION = "main"
@@ -111,6 +112,8 @@ LISTING_PATHS = {
     "link": "/files",
     "drf": "/api/files/",
     "hf-tree": f"/api/models/{HF_REPO}/tree/{HF_REVISION}",
+    "index": "/archive/",
+    "index-json": "/archive/",
 }
 GCS_UNSUPPORTED = ("prefix", "delimiter", "startOffset", "endOffset", "matchGlob", "versions",
                    "includeTrailingDelimiter", "includeFoldersAsPrefixes")
