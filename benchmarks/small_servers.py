@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,14 +169,8 @@ def http_server(files: int, rounds: int, bulkfetch: list[str], work: Path) -> li
     wait_for_port(port)
     urls = work / "urls.txt"
     urls.write_text("".join(f"http://127.0.0.1:{port}/f{i:06d}\n" for i in range(files)))
-    plan: list[tuple[Row, list[str], Path]] = []
-    for setting in ("auto", *FIXED):
-        row = Row("http.server", "bulkfetch default" if setting == "auto"
-                  else f"bulkfetch -c {setting}")
-        dest = work / f"hs-{setting}"
-        extra = [] if setting == "auto" else ["-c", setting]
-        plan.append((row, [*bulkfetch, "get", "--from-file", str(urls), str(dest), "-q",
-                           *extra], dest))
+    plan = settings("http.server", work / "hs",
+                    lambda dest: [*bulkfetch, "get", "--from-file", str(urls), str(dest), "-q"])
     if shutil.which("wget2"):
         plan.append((Row("http.server", "wget2 --max-threads 16"),
                      ["wget2", "-q", "--max-threads", "16", "-i", str(urls), "-P",
@@ -199,15 +194,10 @@ def json_api(files: int, rounds: int, bulkfetch: list[str], work: Path) -> list[
     thread = threading.Thread(target=api.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{api.server_address[1]}"
-    plan: list[tuple[Row, list[str], Path]] = []
-    for setting in ("auto", *FIXED):
-        row = Row("json-api", "bulkfetch default" if setting == "auto"
-                  else f"bulkfetch -c {setting}")
-        dest = work / f"api-{setting}"
-        extra = [] if setting == "auto" else ["-c", setting]
-        plan.append((row, [*bulkfetch, "get", f"{base}/list", str(dest), "-q", "--items",
-                           "items", "--next", "next", "--paginate", "url",
-                           "--get-template", "{origin}/files/{name}", *extra], dest))
+    plan = settings("json-api", work / "api",
+                    lambda dest: [*bulkfetch, "get", f"{base}/list", str(dest), "-q", "--items",
+                                  "items", "--next", "next", "--paginate", "url",
+                                  "--get-template", "{origin}/files/{name}"])
     try:
         run_rounds(plan, rounds, files, work)
     finally:
@@ -230,6 +220,20 @@ def silent(files: int, rounds: int, bulkfetch: list[str], work: Path) -> list[Ro
     finally:
         for server in servers:
             server.stop()
+
+
+def settings(setup: str, prefix: Path,
+             command: Callable[[Path], list[str]]) -> list[tuple[Row, list[str], Path]]:
+    """The default and each FIXED -c, as rows of `setup`, each into a DEST of its own."""
+    plan = []
+    for setting in ("auto", *FIXED):
+        dest = prefix.with_name(f"{prefix.name}-{setting}")
+        if setting == "auto":
+            plan.append((Row(setup, "bulkfetch default"), command(dest), dest))
+        else:
+            plan.append((Row(setup, f"bulkfetch -c {setting}"),
+                         [*command(dest), "-c", setting], dest))
+    return plan
 
 
 def run_rounds(plan: list[tuple[Row, list[str], Path]], rounds: int, count: int,
