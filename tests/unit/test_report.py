@@ -254,6 +254,8 @@ def test_summary_says_what_the_exit_status_means(kw: dict[str, object], expect: 
         ([0, 3], 2, "2 files failed; 1 of them refused before any request for what the "
                     "listing says of them, which a retry would refuse again. Rerun the same "
                     "command with --retry-failed to try the others again."),
+        ([4], 1, "1 file failed; rerun the same command with --retry-failed to try it "
+                 "again."),
         # the report holds only the first failures: what the rest are is not known
         ([0, 0], 5000, "5,000 files failed; rerun the same command with --retry-failed"),
     ],

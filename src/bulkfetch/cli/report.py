@@ -92,18 +92,20 @@ def _failed_advice(report: Report) -> str:
     request (an unsafe name, no usable URL: what the listing says of it) is refused the same
     way every time."""
     failed = report.files_failed
-    retry = "rerun the same command with --retry-failed to try them again."
+    files = f"{failed:,} file{'' if failed == 1 else 's'}"
+    retry = ("rerun the same command with --retry-failed to try "
+             f"{'it' if failed == 1 else 'them'} again.")
     if len(report.failures) != failed:  # the report holds the first 1,000 only
-        return f"{failed:,} files failed; {retry}"
+        return f"{files} failed; {retry}"
     refused = sum(failure.refused for failure in report.failures)
     if refused == failed:
-        return (f"{failed:,} files failed, all refused before any request for what the "
+        return (f"{files} failed, all refused before any request for what the "
                 "listing says of them (see the reasons): a retry would refuse them again.")
     if refused:
-        return (f"{failed:,} files failed; {refused:,} of them refused before any request "
+        return (f"{files} failed; {refused:,} of them refused before any request "
                 "for what the listing says of them, which a retry would refuse again. Rerun "
                 "the same command with --retry-failed to try the others again.")
-    return f"{failed:,} files failed; {retry}"
+    return f"{files} failed; {retry}"
 
 
 def stop_line(report: Report) -> str | None:

@@ -181,7 +181,8 @@ def resolve(options: PullOptions, say: Callable[[str], None],
                                Digest("sha256", hashlib.sha256(body).hexdigest()),
                                manifest.pulls_left)
             say(f"{ref}: a Docker v2 image, recorded with an OCI manifest")
-        say(f"{ref}: {len(image.layers)} layers, "
+        layers = len(image.layers)
+        say(f"{ref}: {layers} layer{'' if layers == 1 else 's'}, "
             f"{sum(layer.size for layer in image.layers):,} bytes ({manifest.digest})"
             + (f"; the registry says {top.pulls_left}" if top.pulls_left else ""))
         resolved.append(Resolved(ref, registry, manifest, image, config))

@@ -202,8 +202,9 @@ class ServeOptions:
                     f"of {self.page_size:,}, {self.file_size.describe()}, seed {self.seed}"
                     f"{self._describe_epoch()}")
         pages = max(1, -(-self.files // self.page_size))
+        per_page = min(self.page_size, self.files) if pages == 1 else self.page_size
         return (f"{self.files:,} files, {pages:,} page{'s' if pages != 1 else ''} "
-                f"of {self.page_size:,}, "
+                f"of {per_page:,}, "
                 f"{self.file_size.describe()}, seed {self.seed}{self._describe_epoch()}")
 
     def _describe_epoch(self) -> str:
