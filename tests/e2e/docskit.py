@@ -41,6 +41,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bulkfetch.util.ports import port_is_free
+
 BACKGROUND = "# in another terminal"
 DEFAULT_PORTS = {"bulkfetch serve": 8000, "bulkfetch.testing.registry": 5000}
 RUN = ("bash", "python")
@@ -123,16 +125,6 @@ def port_of(code: str) -> int:
         if command in code:
             return port
     raise ValueError("a server block must say its port (--port N)")
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def answers(port: int) -> bool:

@@ -38,11 +38,13 @@ def test_silent_requests_are_hedged_not_waited_out(reference_server, tmp_path: P
 
 
 def test_fixed_concurrency_sends_no_hedges(reference_server, tmp_path: Path) -> None:
-    """A fixed -c is the user's word: no second requests beside it."""
-    server = reference_server("--files", "500")
-    proc, report = get(server.url, tmp_path / "d", "-w", "1", "-c", "8")
+    """A fixed -c is the user's word: no second requests beside it. The silent requests
+    that auto would hedge wait out the idle timeout and are retried instead."""
+    server = reference_server("--files", "500", "--stall-rate", "0.02")
+    proc, report = get(server.url, tmp_path / "d", "-w", "1", "-c", "8", "--idle-timeout", "1")
     assert proc.returncode == 0, proc.stderr
     assert report["hedged"] == {"sent": 0, "won": 0}
+    assert report["retries"] > 0, report  # the server did leave some silent
 
 
 def test_a_resumed_run_starts_near_what_the_host_took(reference_server,

@@ -200,7 +200,9 @@ class Fetcher:
                 (self.big.pending if big else pending).appendleft(transfer)  # type: ignore[arg-type]
         if self.big.pending or self.big.sized:
             if self.controller is not None:  # big streams get handles beside the window
-                self._make_room_for_big()
+                big = self.big
+                self._fit_pool(min(big.slots - len(self.spooling),
+                                   len(big.pending) + len(big.sized)))
             self.big.start_some()
         request_headers = transfers.request_headers
         while free and pending:
@@ -278,11 +280,7 @@ class Fetcher:
             self.big.pacing.turn(self.spooling)
         if controller is not None:
             now = time.monotonic()
-            # (the excused get handles beside the window, as many at most, and never past
-            # the descriptors' ceiling)
-            spare = controller.ceiling - self.window - len(self.spooling)
-            if now >= self.second.book.next_scan and \
-                    self.second.scan(now, max(0, min(self.window, spare))):
+            if now >= self.second.book.next_scan and self.second.scan(now, self.window):
                 self._fit_pool()
             if controller.due(now):
                 self._resize(controller.decide(now))
@@ -301,21 +299,13 @@ class Fetcher:
         self.peak_window = max(self.peak_window, limit)
         self._fit_pool()
 
-    def _fit_pool(self) -> None:
-        """--concurrency auto: handles for the window, and beside it for the big streams and
-        the silent transfers excused from it, never past the descriptors' ceiling (a stream
-        holds a socket and a file: open_file_ceiling)."""
-        wanted = self.window + len(self.spooling) + self.second.excused
+    def _fit_pool(self, starting: int = 0) -> None:
+        """--concurrency auto: handles for the window, and beside it for the big streams
+        (those in flight and `starting` more) and the silent transfers excused from it
+        (second_tries.py), never past the descriptors' ceiling (a stream holds a socket and
+        a file: open_file_ceiling)."""
+        wanted = self.window + len(self.spooling) + starting + self.second.excused
         self.transfers.resize(min(wanted, self.controller.ceiling))  # type: ignore[union-attr]
-
-    def _make_room_for_big(self) -> None:
-        """--concurrency auto: as many more handles as big streams may start now."""
-        big, free = self.big, self.free
-        wanted = min(big.slots - len(self.spooling), len(big.pending) + len(big.sized))
-        # (never past the descriptors' ceiling: a stream holds a socket and a file)
-        room = self.controller.ceiling - len(self.handles)  # type: ignore[union-attr]
-        if wanted > len(free) and room > 0:
-            self.transfers.resize(len(self.handles) + min(wanted - len(free), room))
 
     def _completed(self, handle: pycurl.Curl, error: tuple[int, str] | None) -> None:
         """One transfer ended. The success path is written flat: it runs once per file."""

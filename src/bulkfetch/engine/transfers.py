@@ -112,6 +112,8 @@ class Transfers:
         """Keep `limit` handles: new ones join the idle pool; idle ones beyond the limit are
         closed now, busy ones at a later resize (in flight never exceeds the pool)."""
         handles = self.handles
+        if limit == len(handles):
+            return
         if limit > len(handles):
             grown = [self.new_handle() for _ in range(limit - len(handles))]
             self.free.extend(grown)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
@@ -14,12 +13,12 @@ from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, SourceShape, Timeouts, TlsOp
 from bulkfetch.errors import UsageError
 from bulkfetch.net.curl import (
     header_value,
-    new_handle,
     perform_get,
     retry_after_seconds,
     retryable_status,
 )
 from bulkfetch.sources.abilities import Abilities
+from bulkfetch.sources.list_handle import ListHandle
 from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
 from bulkfetch.util.names import all_plain, is_plain
 
@@ -112,8 +111,7 @@ class FileServerSource:
         self.timeouts = timeouts
         self.max_page_size = max_page_size
         self.tls = tls or TlsOptions()
-        self._handle: pycurl.Curl | None = None
-        self._patience: int | None = None  # seconds of silence before a list request ends
+        self.list_handle = ListHandle(self.timeouts, self.tls, max_page_size)
         prefix, _, suffix = shape.get_template.partition("{name}")
         self._get_prefix, self._get_suffix = self.base + prefix, suffix
         self._url_format = self._get_prefix.replace("%", "%%") + "%s" + suffix.replace("%", "%%")
@@ -123,7 +121,7 @@ class FileServerSource:
 
     def abilities(self) -> Abilities:
         # plain GETs, checked by what the server states
-        return Abilities(listing_patience=self._be_patient)
+        return Abilities(listing_patience=self.list_handle.be_patient)
 
     def list_url(self, token: str | None) -> str:
         url = self.base + self.shape.list_path
@@ -171,13 +169,7 @@ class FileServerSource:
         return ListedPage(tuple(names), following, total)
 
     def _get(self, url: str) -> tuple[int, list[bytes], bytes]:
-        if self._handle is None:
-            self._handle = new_handle(self.timeouts, self.tls)
-            # libcurl refuses a larger announced Content-Length and stops a longer body.
-            self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
-            if self._patience is not None:
-                self._handle.setopt(pycurl.LOW_SPEED_TIME, self._patience)
-        handle = self._handle
+        handle = self.list_handle.get()
         try:
             return perform_get(handle, url)
         except pycurl.error as exc:
@@ -185,10 +177,3 @@ class FileServerSource:
             raise listing_transfer_error(code, message,
                                          handle.getinfo(pycurl.EFFECTIVE_URL) or url,
                                          _where(url), self.max_page_size, self.tls) from None
-
-    def _be_patient(self, seconds: float) -> None:
-        """The lister's word (Abilities.listing_patience): a list request whose answer
-        stays silent this long ends, and is asked again."""
-        self._patience = max(1, math.ceil(seconds))
-        if self._handle is not None:
-            self._handle.setopt(pycurl.LOW_SPEED_TIME, self._patience)

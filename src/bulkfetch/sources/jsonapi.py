@@ -10,7 +10,6 @@ fetcher checks each body against them, as it does S3's.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -27,7 +26,6 @@ from bulkfetch.config import (
 from bulkfetch.errors import UsageError
 from bulkfetch.net.curl import (
     header_value,
-    new_handle,
     perform_get,
 )
 from bulkfetch.net.redirects import MAX_HOPS, REDIRECT_STATUSES, next_hop
@@ -41,6 +39,7 @@ from bulkfetch.sources.fileserver import (
 )
 from bulkfetch.sources.headers import HostHeaders
 from bulkfetch.sources.jsonpaths import column, compile_path, hex_digests, size_of
+from bulkfetch.sources.list_handle import ListHandle
 from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
 from bulkfetch.sources.pagination import PageError, Paginator
 from bulkfetch.util.names import all_plain, is_plain
@@ -108,8 +107,13 @@ class JsonApiSource:
         if self.auth.headers:
             self.headers = HostHeaders(self.auth, (self.list_url, self._get_prefix))
             self.list_headers = HostHeaders(self.auth, (self.list_url,))
-        self._handle: pycurl.Curl | None = None
-        self._patience: int | None = None  # seconds of silence before a list request ends
+        options: list[tuple[int, object]] = []
+        if self.headers is not None:
+            options.append((pycurl.FOLLOWLOCATION, 0))
+        if self.auth.netrc:
+            options.append((pycurl.NETRC, pycurl.NETRC_OPTIONAL))
+        # (the same options go on every handle: Abilities.curl_options)
+        self.list_handle = ListHandle(self.timeouts, self.tls, self.max_page_size, options)
 
     def describe(self) -> str:
         return redact(self.list_url)
@@ -119,14 +123,9 @@ class JsonApiSource:
         (HostHeaders, never empty), and libcurl follows no redirect: the engine does, each
         hop with its own host's headers. --netrc's credentials go on every handle: libcurl
         sends them only to the host they are for."""
-        options: list[tuple[int, object]] = []
-        if self.headers is not None:
-            options.append((pycurl.FOLLOWLOCATION, 0))
-        if self.auth.netrc:
-            options.append((pycurl.NETRC, pycurl.NETRC_OPTIONAL))
-        return Abilities(curl_options=tuple(options), request_headers=self.headers,
+        return Abilities(curl_options=self.list_handle.options, request_headers=self.headers,
                          follows_redirects=self.headers is not None,
-                         listing_patience=self._be_patient)
+                         listing_patience=self.list_handle.be_patient)
 
     # -- resolving --------------------------------------------------------------------------
     def resolve(self, item: str) -> tuple[str, str]:
@@ -271,15 +270,7 @@ class JsonApiSource:
         """GET a list page: (status, header lines, body, the URL that answered). With
         headers to send, redirects are followed here, at most MAX_HOPS, each hop with the
         headers for its own host."""
-        if self._handle is None:
-            self._handle = new_handle(self.timeouts, self.tls)
-            # libcurl refuses a larger announced Content-Length and stops a longer body.
-            self._handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
-            if self._patience is not None:
-                self._handle.setopt(pycurl.LOW_SPEED_TIME, self._patience)
-            for option, value in self.abilities().curl_options:
-                self._handle.setopt(option, value)
-        handle = self._handle
+        handle = self.list_handle.get()
         hops = 0
         while True:
             if self.list_headers is not None:
@@ -301,10 +292,3 @@ class JsonApiSource:
                 raise ListingError(f"{_where(url)}: {why or f'more than {MAX_HOPS} redirects'}",
                                    retryable=False)
             url, hops = target, hops + 1
-
-    def _be_patient(self, seconds: float) -> None:
-        """The lister's word (Abilities.listing_patience): a list request whose answer
-        stays silent this long ends, and is asked again."""
-        self._patience = max(1, math.ceil(seconds))
-        if self._handle is not None:
-            self._handle.setopt(pycurl.LOW_SPEED_TIME, self._patience)

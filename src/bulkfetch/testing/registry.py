@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from bulkfetch.util.ports import free_port
+from bulkfetch.util.ports import free_port, port_is_free
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -486,16 +486,6 @@ SAMPLE_PLATFORMS = {"linux/amd64": (LayerSpec(105, 200_000),),
                     "linux/arm64": (LayerSpec(106, 210_000),)}
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _mb(size: int) -> str:
     return f"{size / 1e6:,.1f} MB"
 
@@ -551,7 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (colon and name and password):
             parser.exit(2, "error: --user wants NAME:PASSWORD, both non-empty\n")
         users = {name: password}
-    if not 0 < args.port < 65536 or not _port_is_free(args.port):
+    if not 0 < args.port < 65536 or not port_is_free(args.port):
         parser.exit(2, f"error: port {args.port} on 127.0.0.1 is in use or invalid: stop "
                        "what listens there, or give another --port\n")
 
