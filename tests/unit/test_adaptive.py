@@ -58,6 +58,21 @@ def test_a_far_server_is_filled_in_a_few_seconds() -> None:
     assert next(i for i, limit in enumerate(limits) if limit >= 1024) * 0.01 < 5.0
 
 
+@pytest.mark.parametrize(("cpu_share", "settles"), [(1.0, (56, 72)), (0.2, (8, 16))],
+                         ids=["client-bound", "server-bound"])
+def test_a_busy_client_goes_on_to_where_a_turn_of_its_loop_serves_many(
+        cpu_share: float, settles: tuple[int, int]) -> None:
+    """From a start of 4 against a server that gives no more than 20,000 files/s from 8 in
+    flight on: files/s stops rising at 8. When this process is busy all the while (the
+    client is the bottleneck: nginx on loopback) the limit goes on to CLIENT_BOUND_LIMIT
+    and stays, though latency then grows with it; when it is mostly idle (the server is
+    the bottleneck) it stays where files/s stopped rising."""
+    clock = Clock()
+    controller = Controller(4, 4096, clock=clock, cpu_clock=lambda: clock.now * cpu_share)
+    limits = drive(controller, clock, far_server(0.0004, 20_000), 10.0)
+    assert settles[0] <= min(limits[-300:]) and max(limits[-300:]) <= settles[1], limits[-300:]
+
+
 def test_loopback_stays_near_where_it_started() -> None:
     """A server that is the bottleneck from the start: more in flight only queues."""
     clock = Clock()

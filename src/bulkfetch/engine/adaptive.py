@@ -49,6 +49,12 @@ QUEUEING = 1.5  # latency above floor x this: requests are waiting, not travelli
 REPROBE_S = 30.0  # steady this long without congestion: try doubling again
 BACK_OFF = 0.7  # the limit after congestion, times the limit (TCP CUBIC's factor)
 MIN_INTERVAL_S = 0.25
+# This process busy for CLIENT_BOUND of an interval's wall time: the client, not the server,
+# sets files/s (nginx on loopback). Then more in flight does not raise files/s but spreads
+# each turn of the loop over more files, so slow start goes on to CLIENT_BOUND_LIMIT (where
+# a fixed 64 stood, the old start) and latency spent waiting here is not the server's
+# queueing. A small server (python -m http.server) keeps the client idle: no effect there.
+CLIENT_BOUND, CLIENT_BOUND_LIMIT = 0.85, 64
 MAX_INTERVAL_S = 3.0
 # Congestion counts when more than this share of an interval's answers say so: a server
 # that throttles a steady few percent whatever the load would otherwise be left at the
@@ -62,11 +68,13 @@ NEAR_BACK_OFF = 0.9  # congestion met near the remembered cap: the limit times t
 
 class Controller:
     def __init__(self, start: int, ceiling: int, floor: int = 4,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 cpu_clock: Callable[[], float] = time.process_time) -> None:
         self.floor = max(1, min(floor, ceiling))
         self.ceiling = max(self.floor, ceiling)
         self.limit = min(max(start, self.floor), self.ceiling)
         self.clock = clock
+        self.cpu_clock = cpu_clock  # this process's CPU seconds: is the client the bottleneck?
         self.slow_start = True
         self.floor_latency = math.inf
         self.last_rate = 0.0
@@ -91,6 +99,7 @@ class Controller:
 
     def _reset(self, now: float) -> None:
         self.started = now
+        self.cpu_started = self.cpu_clock()
         self.completions = 0
         self.latency_sum = 0.0
         self.congestion = 0
@@ -128,7 +137,11 @@ class Controller:
         return self.told_to_wait or \
             self.congestion > CONGESTED_SHARE * (self.completions + self.congestion)
 
-    def _queueing(self, latency: float) -> bool:
+    def _queueing(self, latency: float, busy: bool = False) -> bool:
+        """Requests wait rather than travel; not counted while this process is the
+        bottleneck below CLIENT_BOUND_LIMIT (they wait here, for their turn on the CPU)."""
+        if busy and self.limit <= CLIENT_BOUND_LIMIT:
+            return False
         return self.watch_latency and latency > self.floor_latency * QUEUEING
 
     def decide(self, now: float) -> int:
@@ -137,6 +150,7 @@ class Controller:
         rate = self.completions / elapsed
         latency = self.latency_sum / self.completions if self.completions else math.inf
         used = self.busiest >= self.limit * 0.9
+        busy = (self.cpu_clock() - self.cpu_started) / elapsed >= CLIENT_BOUND
         new = self.limit
         if self.completions:
             self.recent_latency = latency
@@ -160,14 +174,17 @@ class Controller:
         elif self.completions:
             self.floor_latency = min(self.floor_latency, latency)
             if self.slow_start:
-                if used and rate >= self.last_rate * RISE and not self._queueing(latency):
+                if used and rate >= self.last_rate * RISE and not self._queueing(latency, busy):
                     self.paid_limit = self.limit
                     new = self.limit * 2
+                elif used and busy and self.limit < CLIENT_BOUND_LIMIT:
+                    # files/s is this process's: more in flight costs less a file
+                    new = self.paid_limit = self.limit * 2
                 elif used:  # doubling did not pay: back to the last limit that did
                     self.slow_start = False
                     self.steady_since = now
                     new = self.paid_limit
-            elif self._queueing(latency):  # waiting, not travelling
+            elif self._queueing(latency, busy):  # waiting, not travelling
                 new = self.limit - max(1, self.limit // 10)
             elif used and now - self.steady_since < REPROBE_S:
                 if not self.cap or self.limit < self.cap * NEAR:
