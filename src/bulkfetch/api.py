@@ -12,6 +12,7 @@ from bulkfetch.config import (
     SHARD_FILES,
     SHARD_SIZE,
     ApiShape,
+    CrawlOptions,
     DeleteLimit,
     GetOptions,
     Limits,
@@ -24,6 +25,7 @@ from bulkfetch.config import (
     SyncOptions,
     TableOptions,
     Timeouts,
+    TlsOptions,
 )
 from bulkfetch.errors import UsageError
 from bulkfetch.models import Progress, Report
@@ -111,7 +113,8 @@ def build_options(
     addressing_style: str = "auto",
     include: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
-    list_concurrency: int = 32,
+    list_concurrency: int | None = None,
+    max_depth: int | None = None,
     ca_bundle: str | os.PathLike[str] | None = None,
     insecure: bool = False,
     metrics: str | None = None,
@@ -145,15 +148,25 @@ def build_options(
 
         check_available(metrics)
     adaptive, start = _concurrency(concurrency)
+    timeouts = Timeouts(connect_s=connect_timeout, idle_s=idle_timeout, total_s=total_timeout,
+                        min_speed=min_speed)
+    shape_flags = {
+        "list_path": list_path, "names_key": names_key, "next_key": next_key,
+        "marker_param": marker_param, "get_template": get_template, "items": items,
+        "name": name_path, "size": size_path, "md5": md5_path, "sha256": sha256_path,
+        "url": url_path, "total": total_path, "paginate": paginate, "next": next_path,
+        "next_param": next_param, "page_param": page_param, "limit_param": limit_param,
+        "page_size": page_size, "first_page": first_page,
+        "allow_cross_host_pages": allow_cross_host_pages}
+    json_api = api_file is not None or bool(headers) or header_file is not None or \
+        bearer_env is not None or netrc or any(v is not None for v in shape_flags.values())
+    crawl = _crawl(str(source), from_file, api, json_api, max_depth, include, exclude,
+                   list_concurrency, timeouts, tls)
+    if crawl is not None:  # its filters are the crawl's; the JSON shape is none
+        api, include, exclude, list_concurrency = None, (), (), None
     shape, api_shape, auth = _listing(
         source, from_file, api, api_file, headers, header_file, bearer_env, netrc,
-        {"list_path": list_path, "names_key": names_key, "next_key": next_key,
-         "marker_param": marker_param, "get_template": get_template, "items": items,
-         "name": name_path, "size": size_path, "md5": md5_path, "sha256": sha256_path,
-         "url": url_path, "total": total_path, "paginate": paginate, "next": next_path,
-         "next_param": next_param, "page_param": page_param, "limit_param": limit_param,
-         "page_size": page_size, "first_page": first_page,
-         "allow_cross_host_pages": allow_cross_host_pages})
+        shape_flags)
     return GetOptions(
         source=str(source),
         dest=os.fspath(dest),
@@ -169,19 +182,52 @@ def build_options(
         sink=SinkOptions(kind=sink, fanout=fanout, shard_files=shard_files,
                          shard_size=shard_size),
         retry=RetryPolicy(retries=retries, max_retry_wait_s=max_retry_wait),
-        timeouts=Timeouts(connect_s=connect_timeout, idle_s=idle_timeout, total_s=total_timeout,
-                          min_speed=min_speed),
+        timeouts=timeouts,
         verify=verify,
         restart=restart,
         retry_failed=retry_failed,
         sync=_sync_options(sync, delete, dry_run, max_delete, sink, restart, retry_failed),
         table=TableOptions(url_col, name_col, name_template, tuple(save_cols)),
         s3=S3Options(endpoint_url, region, profile, no_sign_request, addressing_style,
-                     tuple(include), tuple(exclude), list_concurrency),
+                     tuple(include), tuple(exclude),
+                     S3Options.list_concurrency if list_concurrency is None
+                     else list_concurrency),
+        crawl=crawl,
         tls=tls,
         metrics=metrics,
         runner=RunnerOptions(runner, ray_address, workers_given=workers is not None),
     )
+
+
+def _crawl(source: str, from_file: bool, api: str | None, json_api: bool,
+           max_depth: int | None,
+           include: Sequence[str], exclude: Sequence[str], list_concurrency: int | None,
+           timeouts: Timeouts, tls: TlsOptions) -> CrawlOptions | None:
+    """A web server's directory tree to crawl: `api="index"`, or (with no listing API's
+    flag given) a URL ending in '/' whose answer is a directory listing; else None."""
+    given = api == "index"
+    is_url = not from_file and source.lower().startswith(("http://", "https://"))
+    if given and not is_url:
+        raise UsageError(f"--api index crawls a web server's directory listing at an "
+                         f"http(s):// URL; {source!r} is not one")
+    if given and json_api:
+        raise UsageError("--api index reads a web server's directory listings: a JSON "
+                         "listing's flags (--api-file, --items, --next ...) and request "
+                         "headers (--header, --header-file, --bearer-env, --netrc) do not "
+                         "apply to it")
+    if not given:
+        from bulkfetch.sources.crawl import answers_a_listing
+
+        if not (is_url and api is None and not json_api and source.endswith("/")
+                and answers_a_listing(source, timeouts, tls)):
+            if max_depth is not None:
+                raise UsageError(f"--max-depth applies to a web server's directory "
+                                 f"listing (--api index, or a URL ending in '/' that answers "
+                                 f"one); {source!r} is not one")
+            return None
+    return CrawlOptions(max_depth, tuple(include), tuple(exclude),
+                        CrawlOptions.list_concurrency if list_concurrency is None
+                        else list_concurrency)
 
 
 def _listing(source: str, from_file: bool, api: str | None,

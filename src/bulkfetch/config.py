@@ -347,6 +347,27 @@ class S3Options:
 
 
 @dataclass(frozen=True)
+class CrawlOptions:
+    """A web server's directory tree (sources/crawl.py): how deep it is crawled and which
+    files it takes. All of it is in fingerprint(): it decides what the run lists."""
+
+    max_depth: int | None = None  # levels below the start URL listed (0: its files only)
+    include: tuple[str, ...] = ()  # globs on paths relative to the start URL
+    exclude: tuple[str, ...] = ()
+    list_concurrency: int = 8  # directory listings in flight at once (a small server: few)
+
+    def __post_init__(self) -> None:
+        if self.max_depth is not None and self.max_depth < 0:
+            raise UsageError(f"--max-depth must be >= 0, got {self.max_depth}")
+        if self.list_concurrency < 1:
+            raise UsageError(f"--list-concurrency must be >= 1, got {self.list_concurrency}")
+
+    def listing(self) -> dict[str, object]:
+        return {"max_depth": self.max_depth, "include": list(self.include),
+                "exclude": list(self.exclude)}
+
+
+@dataclass(frozen=True)
 class TlsOptions:
     """Whom https:// trusts, for every libcurl handle of a run (net/curl.py). Built by
     tls.resolve_tls(): --ca-bundle, else the first of REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE,
@@ -416,6 +437,9 @@ class GetOptions:
     # Request headers and --netrc: not in fingerprint() (how a run authenticates, not what
     # it lists; a renewed token resumes), and masked in as_dict().
     auth: RequestAuth = field(default_factory=RequestAuth)
+    # A web server's directory tree, crawled (`--api index`, or a URL ending in '/' that
+    # answers a directory listing); None for every other source. Part of fingerprint().
+    crawl: CrawlOptions | None = None
 
     def fingerprint(self) -> dict[str, object]:
         """What makes two runs 'the same run' for resuming: source and output layout."""
@@ -436,6 +460,8 @@ class GetOptions:
             found["s3"] = self.s3.listing()
         if self.api is not None:  # only then: the seed API's runs keep their fingerprint
             found["api"] = asdict(self.api)
+        if self.crawl is not None:
+            found["crawl"] = self.crawl.listing()
         return found
 
     def as_dict(self) -> dict[str, object]:

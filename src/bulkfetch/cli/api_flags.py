@@ -14,8 +14,12 @@ F = TypeVar("F", bound=Callable[..., object])
 _PATH = "PATH"
 _OPTIONS = [
     click.option("--api", default=None,
-                 type=click.Choice(["seed", "gcs", "github-releases", "drf", "hf-tree"]),
-                 help="A known listing API's shape: gcs (Cloud Storage JSON API, URL "
+                 type=click.Choice(["seed", "gcs", "github-releases", "drf", "hf-tree",
+                                    "index"]),
+                 help="index: crawl a web server's directory listings (nginx autoindex, "
+                      "Apache, lighttpd, Caddy, python -m http.server) under URL; a URL "
+                      "ending in '/' that answers one is crawled without it. A known JSON "
+                      "listing API's shape: gcs (Cloud Storage JSON API, URL "
                       ".../storage/v1/b/BUCKET/o), github-releases (URL .../releases/ID/"
                       "assets), drf (Django REST framework {count, next, results}), hf-tree "
                       "(URL https://huggingface.co/api/models/ORG/REPO/tree/REV), seed. "

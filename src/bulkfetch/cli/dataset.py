@@ -19,7 +19,8 @@ from typing import Any
 import click
 from rich.filesize import decimal
 
-from bulkfetch.cli.s3_flags import list_bucket, s3_options, tls_options
+from bulkfetch.cli.remote_ls import list_bucket, list_tree
+from bulkfetch.cli.s3_flags import s3_options, tls_options
 from bulkfetch.dataset import Dataset, open_dataset
 from bulkfetch.dataset.extract import ExtractResult
 from bulkfetch.dataset.extract import extract as extract_files
@@ -78,13 +79,16 @@ def _opened(dest: str) -> Iterator[Dataset]:
 @click.argument("pattern", required=False)
 @click.option("-l", "--long", "long_format", is_flag=True,
               help="Tab-separated size, MD5, shard and name (a directory destination is "
-                   "read in full to compute the MD5s); for s3://, size and name.")
+                   "read in full to compute the MD5s); for s3:// and a directory tree, "
+                   "size and name (-1: no exact size listed).")
 @s3_options
 @tls_options
 def ls(dest: str, pattern: str | None, long_format: bool, **s3_flags: Any) -> None:
     """List the names stored in DEST (tar shards or a directory), in storage order; or the
     names under s3://BUCKET[/PREFIX] (keys relative to PREFIX), listed in parallel key
-    ranges and printed as the ranges come back (pipe to `sort` for key order).
+    ranges and printed as the ranges come back (pipe to `sort` for key order); or the
+    files of a web server's directory tree under an http(s):// URL (paths relative to it),
+    directories listed at once, what `get URL DEST` would fetch.
 
     PATTERN is a glob on the whole name: '*' also matches '/', e.g. 'photos/*.jpg'. Names
     holding control characters or backslashes are shown as quoted Python strings.
@@ -95,7 +99,13 @@ def ls(dest: str, pattern: str | None, long_format: bool, **s3_flags: Any) -> No
         with _stdout_may_close():
             list_bucket(dest, long_format, s3_flags, _shown)
         return
-    if any(value not in (None, False, (), "auto", 32) for value in s3_flags.values()):
+    if dest.lower().startswith(("http://", "https://")):
+        if pattern is not None:
+            s3_flags["include"] = (*s3_flags["include"], pattern)
+        with _stdout_may_close():
+            list_tree(dest, long_format, s3_flags, _shown)
+        return
+    if any(value not in (None, False, (), "auto") for value in s3_flags.values()):
         raise click.UsageError("--endpoint-url, --ca-bundle and the other s3:// flags apply "
                                f"to an s3:// URL; {dest!r} is a destination")
     with _opened(dest) as dataset:

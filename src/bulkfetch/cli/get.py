@@ -249,6 +249,9 @@ def get(url_or_dest: str, dest: str | None, from_file: str | None, quiet: bool, 
     except UsageError as exc:
         raise _usage(exc) from None
     _warn_above_open_files(options)
+    if options.crawl is not None and flags["api"] != "index" and not quiet:
+        click.echo(f"bulkfetch: {safe_text(source)} answers a directory listing: crawling the "
+                   "tree under it (as --api index)", err=True)
     if options.tls.insecure:  # said even with --quiet: the data is not protected
         from bulkfetch.net.tls import INSECURE_WARNING
 

@@ -24,6 +24,7 @@ import pycurl
 from bulkfetch.config import GetOptions, RetryPolicy
 from bulkfetch.listing import carry, ranges
 from bulkfetch.listing.lister import Listed, Lister, ListerThread, ListingFailed, ListingFinished
+from bulkfetch.listing.tree_lister import TreeLister, tree_concurrency
 from bulkfetch.net.curl import last_response
 from bulkfetch.sources.abilities import KeyRange, MultiRangeSource, RangePage, RangeSource
 from bulkfetch.sources.base import Source
@@ -336,11 +337,15 @@ class RangeLister(ListerThread):
         return True
 
 
-def lister_from_start(source: Source, options: GetOptions) -> Lister | RangeLister:
+def lister_from_start(source: Source, options: GetOptions) -> Lister | RangeLister | TreeLister:
     """A lister of the whole source from its first page, with nothing journaled: key
-    ranges at once for a source that lists by range (S3), else page after page."""
+    ranges at once for a source that lists by range (S3), directories at once for a tree,
+    else page after page."""
     ahead = options.limits.max_pages_out
-    ranged = source.abilities().ranges
+    ranged, tree = source.abilities().ranges, source.abilities().tree
+    if tree is not None:
+        return TreeLister(tree, options.retry, [], [], 0, True, ahead=ahead,
+                          concurrency=tree_concurrency(options))
     if ranged is not None:
         return RangeLister(ranged, options.retry, [], [], 0, True, ahead=ahead,
                            concurrency=options.s3.list_concurrency)

@@ -27,6 +27,8 @@ from bulkfetch.dest.journal import Journal, Totals
 from bulkfetch.errors import BulkfetchError, JournalIOError
 from bulkfetch.listing.lister import Listed, Lister, ListingFailed, ListingFinished
 from bulkfetch.listing.range_lister import RangeLister
+from bulkfetch.listing.tree_lister import TreeLister
+from bulkfetch.listing.tree_lister import tree_concurrency as _tree_concurrency
 from bulkfetch.models import Counts, Page, PageReport, Progress, Report, Tick, largest_first
 from bulkfetch.runners.dest import journal_stored_retries, remove_temporaries
 from bulkfetch.runners.live import LiveStatus
@@ -130,9 +132,15 @@ class Coordinator:
             metrics.start()
             say(f"bulkfetch: metrics at {metrics.url}\n")
         key_of = self._key_of if options.sink.kind == "tar" else None
-        lister: Lister | RangeLister
-        ranged = self.source.abilities().ranges
-        if ranged is not None:  # key ranges listed at once (S3)
+        lister: Lister | RangeLister | TreeLister
+        abilities = self.source.abilities()
+        ranged, tree = abilities.ranges, abilities.tree
+        if tree is not None:  # directories listed at once (a web server's listings)
+            lister = TreeLister(tree, options.retry, replay,
+                                journal.page_tokens() if list_more else [], next_seq,
+                                list_more, ahead=options.limits.max_pages_out,
+                                concurrency=_tree_concurrency(options), key_of=key_of)
+        elif ranged is not None:  # key ranges listed at once (S3)
             lister = RangeLister(ranged, options.retry, replay,
                                  journal.page_tokens() if list_more else [], next_seq,
                                  list_more, ahead=options.limits.max_pages_out,

@@ -349,7 +349,7 @@ def listing_filter(options: GetOptions) -> Callable[[str], bool] | None:
     """The names the run's --include/--exclude take (None: no filter)."""
     if not options.s3.include and not options.s3.exclude:
         return None
-    from bulkfetch.sources.s3 import key_filter
+    from bulkfetch.util.globs import key_filter
 
     return key_filter(options.s3.include, options.s3.exclude)
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import pycurl
 
     from bulkfetch.sources.listed import ListingError
+    from bulkfetch.sources.tree import TreeSource
 
 LISTING = "the listing"  # a Pinned's vouched_by for what a listing states (S3)
 
@@ -148,3 +149,6 @@ class Abilities:
     # The source lists key ranges at once (S3), page after page otherwise. A MultiRangeSource
     # is listed on one curl multi, any other RangeSource by a thread per request in flight.
     ranges: RangeSource | None = None
+    # The source is a tree of directories, listed many at once (listing/tree_lister.py):
+    # a web server's directory listings.
+    tree: TreeSource | None = None

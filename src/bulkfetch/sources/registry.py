@@ -96,6 +96,14 @@ def _open_s3(options: GetOptions, listing: bool) -> Source:
                     options.limits.max_page_size, tls=options.tls)
 
 
+def _open_index(options: GetOptions, listing: bool) -> Source:
+    from bulkfetch.sources.crawl import IndexSource
+
+    assert options.crawl is not None
+    return IndexSource(options.source, options.crawl, options.timeouts,
+                       options.limits.max_page_size, options.tls)
+
+
 def _open_json_api(options: GetOptions, listing: bool) -> Source:
     from bulkfetch.sources.jsonapi import JsonApiSource  # jmespath only when used
 
@@ -127,6 +135,8 @@ _KINDS: list[SourceKind] = [
                lambda options: options.from_file),
     SourceKind("s3", _open_s3, "an s3:// source",
                lambda options: options.source.startswith("s3://"), frozenset({"s3"})),
+    SourceKind("index", _open_index, "a web server's directory listing",
+               lambda options: options.crawl is not None),
     SourceKind("json-api", _open_json_api, "a JSON listing API's URL",
                lambda options: options.api is not None or options.auth != RequestAuth(),
                frozenset({"shape"})),

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import bisect
 import copy
-import fnmatch
 import itertools
 import operator
 import re
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, unquote_plus
 
@@ -37,6 +36,7 @@ from bulkfetch.s3.settings import S3Settings, parse_s3_url
 from bulkfetch.s3.signer import CHECKSUM_MODE, ObjectSigner
 from bulkfetch.sources.abilities import Abilities, KeyRange, RangePage
 from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
+from bulkfetch.util.globs import key_filter
 from bulkfetch.util.names import all_plain
 
 KEYS_PER_PAGE = 1000  # ListObjectsV2's most
@@ -68,22 +68,6 @@ class S3ListingRefused(ListingError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=False, usage=True)
-
-
-def key_filter(include: Sequence[str], exclude: Sequence[str]) -> Callable[[str], bool] | None:
-    """A name is taken when it matches an --include (or none is given) and no --exclude.
-    Globs are fnmatch's, matched against the whole name: `*` also crosses '/'."""
-    if not include and not exclude:
-        return None
-
-    def compiled(patterns: Sequence[str]) -> Callable[[str], object] | None:
-        if not patterns:
-            return None
-        return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
-
-    wanted, unwanted = compiled(include), compiled(exclude)
-    return lambda name: ((wanted is None or wanted(name) is not None)
-                         and (unwanted is None or unwanted(name) is None))
 
 
 def _local(tag: str) -> str:

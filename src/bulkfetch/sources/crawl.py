@@ -1,0 +1,203 @@
+"""A web server's directory tree as a source (`--api index`, or a URL ending in '/' that
+answers a directory listing): each directory's listing page read by sources/autoindex.py,
+its files fetched by plain GETs, its subdirectories listed in turn, many at once
+(listing/tree_lister.py). Items are paths relative to the start URL ("a/b/file.txt").
+
+A size the listing states exactly goes with its file, and a body of another length fails
+as changed since it was listed; a rounded size ('12K') is only an estimate and checks
+nothing. Only links one level below a directory, on the same scheme, host and port, are
+entries (autoindex's rules): never '../', sort links, or links elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from urllib.parse import quote, urlsplit
+
+import pycurl
+
+from bulkfetch.config import CrawlOptions, Timeouts, TlsOptions
+from bulkfetch.errors import UsageError
+from bulkfetch.net.curl import (
+    header_value,
+    new_handle,
+    perform_get,
+    retry_after_seconds,
+    retryable_status,
+)
+from bulkfetch.sources.abilities import Abilities
+from bulkfetch.sources.autoindex import ListingFormatError, parse_listing
+from bulkfetch.sources.fileserver import CREDENTIALS_NEEDED, not_http, redact
+from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
+from bulkfetch.sources.tree import (
+    LATER_PART,
+    REFUSED,
+    DirPage,
+    depth,
+    pages_of,
+    parse_token,
+)
+from bulkfetch.util.globs import key_filter
+from bulkfetch.util.names import all_plain
+
+PROBE_TIMEOUT_S = 10.0  # the most a URL's first answer is waited for when guessing its kind
+_LISTING_TYPES = re.compile(r"text/html|application/xhtml|application/json|text/xml|"
+                            r"application/xml")
+
+
+def directory_url(url: str) -> str:
+    """`url` as a directory's (ending in '/'); UsageError for one that cannot be."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise not_http(url)
+    if parts.query or parts.fragment:
+        raise UsageError(f"URL {redact(url)!r}: a directory listing's URL has no query or "
+                         "fragment")
+    try:
+        parts.port  # noqa: B018  # raises ValueError for a port that is not 0-65535
+    except ValueError:
+        raise UsageError(f"URL {redact(url)!r}: the port must be a number from 0 to "
+                         "65535") from None
+    return url if url.endswith("/") else url + "/"
+
+
+class IndexSource:
+    def __init__(self, url: str, crawl: CrawlOptions, timeouts: Timeouts,
+                 max_page_size: int, tls: TlsOptions | None = None) -> None:
+        self.top = directory_url(url)
+        self.crawl = crawl
+        self.timeouts, self.max_page_size = timeouts, max_page_size
+        self.tls = tls or TlsOptions()
+        self.taken = key_filter(crawl.include, crawl.exclude)
+        self._url_format = self.top.replace("%", "%%") + "%s"
+        self._handle: pycurl.Curl | None = None
+
+    def describe(self) -> str:
+        return f"{redact(self.top)} (directory listings)"
+
+    def abilities(self) -> Abilities:
+        return Abilities(tree=self)
+
+    def max_depth(self) -> int | None:
+        return self.crawl.max_depth
+
+    # -- files -------------------------------------------------------------------------
+    def resolve(self, item: str) -> tuple[str, str]:
+        if REFUSED in item:
+            reason = item.partition(REFUSED)[2]
+            raise ValueError(reason)
+        return item, self.top + quote(item, safe="/", errors="surrogateescape")
+
+    def plain_urls(self, items: Sequence[str]) -> Iterable[str] | None:
+        if not all_plain(items):
+            return None
+        return map(self._url_format.__mod__, items)
+
+    # -- directories -------------------------------------------------------------------
+    def dir_url(self, path: str) -> str:
+        return self.top + quote(path, safe="/", errors="surrogateescape")
+
+    def list_handle(self) -> pycurl.Curl:
+        handle = new_handle(self.timeouts, self.tls)
+        # libcurl refuses a larger announced Content-Length and stops a longer body.
+        handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
+        return handle
+
+    def transfer_error(self, code: int, message: str, url: str) -> ListingError:
+        return listing_transfer_error(code, message, url, f"listing {redact(url)}",
+                                      self.max_page_size, self.tls)
+
+    def dir_page(self, path: str, status: int, headers: list[bytes], body: bytes,
+                 url: str) -> DirPage:
+        asked = self.dir_url(path)
+        where = f"listing {redact(asked)}"
+        top = path == ""
+        if status in (404, 410):
+            raise ListingError(f"{where}: HTTP {status}: no directory there"
+                               + (". Check the URL" if top else ""),
+                               retryable=False, usage=top)
+        if status in (401, 403):
+            raise ListingError(f"{where}: {status} — " + (CREDENTIALS_NEEDED if top else
+                                                         "the server refuses to list it"),
+                               retryable=False, usage=top)
+        if status != 200:
+            retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
+            raise ListingError(f"{where}: HTTP {status}", retryable_status(status), retry_after)
+        if urlsplit(url).path != urlsplit(asked).path:
+            # Links on the page are relative to where it was found: a directory moved
+            # elsewhere would be read as another one.
+            raise ListingError(f"{where}: the server redirected it to {redact(url)}; not "
+                               "followed (give that URL to crawl it)", retryable=False,
+                               usage=top)
+        content_type = header_value(headers, b"content-type")
+        try:
+            listing = parse_listing(body, content_type, asked)
+        except (ListingFormatError, ValueError) as exc:
+            raise ListingError(f"{where}: not a directory listing ({exc})", retryable=False,
+                               usage=top) from None
+        taken, limit = self.taken, self.crawl.max_depth
+        files: list[str] = []
+        sizes: list[int] = []
+        estimated = 0
+        for entry in listing.files:
+            item = path + entry.name
+            if taken is not None and not taken(item):
+                continue
+            files.append(item)
+            if entry.size is not None and entry.size_exact:
+                sizes.append(entry.size)
+            else:
+                sizes.append(-1)
+                estimated += entry.size is not None
+        below = limit is None or depth(path) < limit
+        dirs = tuple(path + entry.name + "/" for entry in listing.dirs) if below else ()
+        return DirPage(tuple(files), tuple(sizes), dirs, estimated)
+
+    def list_page(self, token: str | None) -> ListedPage:
+        """One page as a journaled token names it (listing/tree_lister.py lists the tree
+        itself, many directories at once; this lists one again)."""
+        try:
+            path, part = parse_token(token)
+        except ValueError as exc:
+            raise ListingError(str(exc), retryable=False) from None
+        url = self.dir_url(path)
+        if self._handle is None:
+            self._handle = self.list_handle()
+        try:
+            status, headers, body = perform_get(self._handle, url)
+        except pycurl.error as exc:
+            code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
+            raise self.transfer_error(code, message, url) from None
+        found = self._handle.getinfo(pycurl.EFFECTIVE_URL) or url
+        pages = pages_of(path, self.dir_page(path, status, headers, body, found))
+        return pages[part][1] if part < len(pages) else ListedPage((), LATER_PART)
+
+
+def answers_a_listing(url: str, timeouts: Timeouts, tls: TlsOptions) -> str | None:
+    """The kind of directory listing `url` answers ("html", "nginx-json" ...: a page with at
+    least one entry), or None: anything else, or no answer within PROBE_TIMEOUT_S."""
+    try:
+        top = directory_url(url)
+    except UsageError:
+        return None
+    handle = new_handle(timeouts, tls)
+    handle.setopt(pycurl.TIMEOUT_MS, int(min(PROBE_TIMEOUT_S, timeouts.total_s or
+                                             PROBE_TIMEOUT_S) * 1000))
+    handle.setopt(pycurl.MAXFILESIZE_LARGE, 16 << 20)
+    try:
+        status, headers, body = perform_get(handle, top)
+        found = handle.getinfo(pycurl.EFFECTIVE_URL) or top
+    except pycurl.error:
+        return None
+    finally:
+        handle.close()
+    content_type = header_value(headers, b"content-type") or ""
+    if status != 200 or not _LISTING_TYPES.search(content_type.lower()) or \
+            urlsplit(found).path != urlsplit(top).path:
+        return None
+    try:
+        listing = parse_listing(body, content_type, top)
+    except ValueError:
+        return None
+    return listing.format if listing.files or listing.dirs else None
