@@ -13,7 +13,7 @@ import pytest
 # "prepend" import mode, as for tests/e2e's getkit).
 from contract_http import Getter
 from contract_sinks import SINK_CASES, SinkCase, SinkHarness
-from contract_sources import OciImage, data_server_args, hostile_server_args
+from contract_sources import OciImage, data_server_args, hostile_server_args, index_server_args
 
 from bulkfetch.testing import ReferenceServer
 
@@ -22,6 +22,13 @@ from bulkfetch.testing import ReferenceServer
 def data_server() -> Iterator[ReferenceServer]:
     """The listing cases' data set: seed API and S3 bucket (signed, temporary credentials)."""
     with ReferenceServer(*data_server_args()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def index_server() -> Iterator[ReferenceServer]:
+    """The same kind of data set as a web server's directory listings (--shape index)."""
+    with ReferenceServer(*index_server_args()) as server:
         yield server
 
 

@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bulkfetch.config import ApiShape, GetOptions, RequestAuth, S3Options, TableOptions
+from bulkfetch.config import (
+    ApiShape,
+    CrawlOptions,
+    GetOptions,
+    RequestAuth,
+    S3Options,
+    TableOptions,
+)
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.hostile import (
     COLLISION_NAMES,
@@ -111,6 +118,13 @@ def data_server_args() -> tuple[str, ...]:
             "--s3-session-token", SESSION_TOKEN)
 
 
+def index_server_args() -> tuple[str, ...]:
+    """The data set (flat names) as nginx's directory listings under /archive/, 50 files a
+    directory (server/index_shape.py)."""
+    return ("--files", str(FILES), "--page-size", str(SEED_PAGE_SIZE), "--seed", str(SEED),
+            "--file-size", FILE_SIZES, "--shape", "index")
+
+
 def hostile_server_args() -> tuple[str, ...]:
     return ("--files", str(HOSTILE_FILES), "--hostile-names", "--s3", "--s3-bucket", BUCKET)
 
@@ -163,6 +177,16 @@ def fileserver_case(server_url: str, dest: Path) -> SourceCase:
     return SourceCase("fileserver", GetOptions(source=with_user, dest=str(dest)),
                       served_bodies(dataset), min_pages=-(-FILES // SEED_PAGE_SIZE),
                       secrets=(URL_PASSWORD,))
+
+
+def index_case(server_url: str, dest: Path) -> SourceCase:
+    """A web server's directory tree, crawled (sources/crawl.py): file i in d{i // 50}/."""
+    dataset = SyntheticDataSet(FILES, SEED_PAGE_SIZE, SEED, parse_size_spec(FILE_SIZES))
+    expected = {f"d{i // 50:03d}/{dataset.name(i)}": Body.of(dataset.body(i))
+                for i in range(FILES)}
+    return SourceCase("index", GetOptions(source=f"{server_url}/archive/", dest=str(dest),
+                                          crawl=CrawlOptions()),
+                      expected, min_pages=1 + -(-FILES // 50))
 
 
 # The seed API read by the generic JSON source (sources/jsonapi.py), as `get --items

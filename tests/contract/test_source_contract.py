@@ -42,6 +42,7 @@ from contract_sources import (
     hostile_parquet,
     hostile_s3,
     hostile_urllist,
+    index_case,
     jsonapi_case,
     jsonl_case,
     oci_case,
@@ -52,13 +53,14 @@ from contract_sources import (
     urllist_case,
 )
 
+from bulkfetch.sources import tree
 from bulkfetch.sources.abilities import KeyRange
 from bulkfetch.sources.base import Source
 from bulkfetch.sources.listed import ListedPage
 from bulkfetch.util.names import RESERVED, check_name, is_plain
 
 SOURCE_IDS = ("fileserver", "jsonapi", "s3", "s3-prefix", "urllist", "csv", "tsv-name-col",
-              "jsonl-template-save-cols", "parquet-name-col-save-cols", "oci")
+              "jsonl-template-save-cols", "parquet-name-col-save-cols", "oci", "index")
 HOSTILE_IDS = ("fileserver", "jsonapi", "s3", "urllist", "csv-name-col", "jsonl-name-col",
                "parquet-name-col", "oci")
 MAX_PAGES = 200  # a listing longer than this is taken for a loop
@@ -76,6 +78,8 @@ class Listing:
 
 
 def list_everything(source: Source) -> Listing:
+    if source.abilities().tree is not None:
+        return list_tree(source)
     pages: list[tuple[str | None, ListedPage]] = []
     token: str | None = None
     asked: set[str | None] = set()
@@ -90,12 +94,37 @@ def list_everything(source: Source) -> Listing:
         token = page.next_token
 
 
+def list_tree(source: Source) -> Listing:
+    """A tree's pages (sources/tree.py), by the tokens each first page's next token names:
+    the directory's other parts and its subdirectories."""
+    pages: list[tuple[str | None, ListedPage]] = []
+    waiting: list[str | None] = [None]
+    asked: set[str | None] = set()
+    while waiting:
+        token = waiting.pop(0)
+        assert token not in asked, f"the token {token!r} came back: the listing loops"
+        asked.add(token)
+        page = source.list_page(token)
+        pages.append((token, page))
+        assert page.next_token is not None, "a tree's page names what follows it"
+        path, part = tree.parse_token(token)
+        if part == 0:
+            dirs, parts = tree.parse_next(page.next_token)
+            waiting += [tree.token(path, later) for later in range(1, parts)]
+            waiting += [tree.token(below, 0) for below in dirs]
+        assert len(pages) < MAX_PAGES, "the listing does not end"
+    return Listing(source, pages)
+
+
 @pytest.fixture(scope="module", params=SOURCE_IDS)
 def source_case(request: pytest.FixtureRequest,
                 tmp_path_factory: pytest.TempPathFactory) -> SourceCase:
     kind: str = request.param
     if kind == "oci":
         return oci_case(request.getfixturevalue("oci_image"))
+    if kind == "index":
+        return index_case(request.getfixturevalue("index_server").url,
+                          tmp_path_factory.mktemp("source-index") / "dest")
     url: str = request.getfixturevalue("data_server").url
     work = tmp_path_factory.mktemp(f"source-{kind}")
     dest = work / "dest"
