@@ -57,6 +57,27 @@ def test_a_page_asks_only_for_what_may_have_changed(tmp_path: Path) -> None:
     index.close()
 
 
+def test_a_directory_listings_size_and_time_spare_what_did_not_change_since_stored(
+        tmp_path: Path) -> None:
+    dest = dest_with(tmp_path, {"a": b"1", "b": b"22", "c": b"333", "d": b"4"},
+                     [[("a", MD5_A), ("b", MD5_B), ("c", MD5_C), ("d", MD5_A)]])
+    index = SyncIndex(dest, 0, new_pass=True)
+    stored = int(os.stat(next((dest / ".bulkfetch" / "sums").iterdir())).st_mtime)
+    names = ["a", "b", "c", "d"]
+    # a: same size, changed an hour before it was stored: spared. b: changed at the source
+    # after it was stored. c: another size. d: a time within the listing's minute of the
+    # store, which cannot tell before from after.
+    keep, headers = index.plan(names, names, [1, 2, 4, 1], None,
+                               mtimes=[stored - 3600, stored + 5, stored - 3600, stored - 30])
+    assert keep == [1, 2, 3] and index.unchanged == 1
+    assert headers == (f'If-None-Match: "{MD5_B}"', f'If-None-Match: "{MD5_C}"',
+                       f'If-None-Match: "{MD5_A}"')
+    # an unknown time or size (-1) spares nothing
+    keep, _ = index.plan(names, names, [-1, 2, 3, 1], None, mtimes=[stored - 3600, -1, -1, -1])
+    assert keep == [0, 1, 2, 3]
+    index.close()
+
+
 def test_what_the_pass_did_not_list_is_gone_and_removed_through_dir_fds(
         tmp_path: Path) -> None:
     names = {"keep": b"k", "dir/keep": b"k", "dir/old": b"o", "old": b"o"}

@@ -38,7 +38,7 @@ from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.runners.sync import SyncIndex
 from bulkfetch.sinks.directory import TMP_DIR, worker_tmp_name
 from bulkfetch.sources.base import unusable_name
-from bulkfetch.sources.listed import listed_metadata
+from bulkfetch.sources.listed import listed_metadata, listed_mtimes
 from bulkfetch.util.samples import split_key
 
 ProgressCallback = Callable[[Progress], None]
@@ -342,7 +342,8 @@ class Coordinator:
         (None when none has any: the page then goes as any other)."""
         assert self.sync is not None
         keep, headers = self.sync.plan(items, [self._name_of(item) for item in items],
-                                       *listed_metadata(page, items))
+                                       *listed_metadata(page, items),
+                                       mtimes=listed_mtimes(page, items))
         if len(keep) < len(items):  # the listing showed these unchanged: done already
             self.unchanged[seq] = len(items) - len(keep)
             items = tuple(items[at] for at in keep)

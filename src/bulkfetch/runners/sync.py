@@ -51,6 +51,9 @@ from bulkfetch.util.names import local_parts
 INDEX_NAME = "sync.sqlite"
 STATE_DIR = ".bulkfetch"
 _BATCH = 500  # paths a query asks for at once (SQLite's limit on variables is 32,766)
+# A listing's time may be cut to the minute (nginx's and Apache's HTML): a file is taken as
+# unchanged only when its listed time is this much before DEST stored it.
+MTIME_SLACK_S = 60
 
 
 class SyncIndex:
@@ -146,10 +149,10 @@ class SyncIndex:
 
     def plan(self, items: Sequence[str], names: Sequence[str],
              sizes: Sequence[int] | None, md5s: Sequence[str] | None,
-             ) -> tuple[list[int], tuple[str, ...]]:
-        """For a listed page's `items` (resolved to `names`; `sizes` and `md5s` when the
-        listing states them): the positions still to fetch and, for each of those, its
-        request's extra header lines ("" for none). Records every name as listed."""
+             mtimes: Sequence[int] | None = None) -> tuple[list[int], tuple[str, ...]]:
+        """For a listed page's `items` (resolved to `names`; `sizes`, `md5s` and `mtimes`
+        when the listing states them): the positions still to fetch and, for each of those,
+        its request's extra header lines ("" for none). Records every name as listed."""
         paths = self.record_listed(names)
         kept = self._kept(paths)
         fetch: list[int] = []
@@ -168,6 +171,13 @@ class SyncIndex:
             if sizes is not None and md5s is not None and md5s[at] == md5 \
                     and sizes[at] == found.st_size:
                 self.unchanged += 1  # the listing says it is the same file
+                continue
+            if sizes is not None and mtimes is not None and sizes[at] == found.st_size \
+                    and mtimes[at] >= 0 and (mtimes[at] + MTIME_SLACK_S) * 10**9 <= written:
+                # a directory listing's size and time: the same size, and last changed at
+                # the source before DEST stored it (rsync's quick check, in the listing's
+                # whole minutes)
+                self.unchanged += 1
                 continue
             fetch.append(at)
             headers.append(f'If-None-Match: "{md5}"')
@@ -347,11 +357,10 @@ def _rmdir_if_empty(root: int, parent: str, leaf: str) -> bool:
 
 def listing_filter(options: GetOptions) -> Callable[[str], bool] | None:
     """The names the run's --include/--exclude take (None: no filter)."""
-    if not options.s3.include and not options.s3.exclude:
-        return None
     from bulkfetch.util.globs import key_filter
 
-    return key_filter(options.s3.include, options.s3.exclude)
+    chosen = options.crawl if options.crawl is not None else options.s3
+    return key_filter(chosen.include, chosen.exclude)
 
 
 def dry_run(options: GetOptions, show: Callable[[str], None]

@@ -139,12 +139,14 @@ class IndexSource:
         taken, limit = self.taken, self.crawl.max_depth
         files: list[str] = []
         sizes: list[int] = []
+        mtimes: list[int] = []
         estimated = 0
         for entry in listing.files:
             item = path + entry.name
             if taken is not None and not taken(item):
                 continue
             files.append(item)
+            mtimes.append(entry.mtime if entry.mtime is not None else -1)
             if entry.size is not None and entry.size_exact:
                 sizes.append(entry.size)
             else:
@@ -152,7 +154,7 @@ class IndexSource:
                 estimated += entry.size is not None
         below = limit is None or depth(path) < limit
         dirs = tuple(path + entry.name + "/" for entry in listing.dirs) if below else ()
-        return DirPage(tuple(files), tuple(sizes), dirs, estimated)
+        return DirPage(tuple(files), tuple(sizes), dirs, estimated, tuple(mtimes))
 
     def list_page(self, token: str | None) -> ListedPage:
         """One page as a journaled token names it (listing/tree_lister.py lists the tree

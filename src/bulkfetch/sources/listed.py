@@ -19,6 +19,9 @@ class ListedPage:
     sizes: tuple[int, ...] | None = None  # the items' sizes, when the listing says them
     md5s: tuple[str, ...] | None = None  # the items' MD5s (hex, "" unknown), likewise
     plain: bool = False  # every item is a plain name (names.is_plain), as the source checked
+    # the items' modification times (Unix seconds, -1 unknown), when the listing says them
+    # (a web server's directory listing): what --sync compares with DEST's
+    mtimes: tuple[int, ...] | None = None
 
 
 def listed_metadata(page: ListedPage, items: tuple[str, ...]
@@ -31,6 +34,14 @@ def listed_metadata(page: ListedPage, items: tuple[str, ...]
     at = {item: index for index, item in enumerate(page.items)}
     return (tuple(sizes[at[item]] for item in items) if sizes is not None else None,
             tuple(md5s[at[item]] for item in items) if md5s is not None else None)
+
+
+def listed_mtimes(page: ListedPage, items: tuple[str, ...]) -> tuple[int, ...] | None:
+    """The modification times `page` states for `items` (its own items or some of them)."""
+    if page.mtimes is None or items is page.items:
+        return page.mtimes
+    at = {item: index for index, item in enumerate(page.items)}
+    return tuple(page.mtimes[at[item]] for item in items)
 
 
 class ListingError(Exception):

@@ -39,6 +39,7 @@ class DirPage:
     sizes: tuple[int, ...]
     dirs: tuple[str, ...]
     estimated: int = 0  # files whose listed size was rounded, so not checked
+    mtimes: tuple[int, ...] | None = None  # the files' (Unix seconds, -1 unknown)
 
 
 class TreeSource(Protocol):
@@ -122,9 +123,12 @@ def pages_of(path: str, page: DirPage, key_of: Callable[[str], str] | None = Non
     """(token, page) of each part of directory `path`'s files, in order."""
     cuts = parts_of(page.files, key_of)
     known = any(size >= 0 for size in page.sizes)
+    mtimes = page.mtimes if page.mtimes is not None and any(
+        mtime >= 0 for mtime in page.mtimes) else None
     return [(token(path, part), ListedPage(
         page.files[start:end], next_token(page.dirs, len(cuts)) if part == 0 else LATER_PART,
-        sizes=page.sizes[start:end] if known else None))
+        sizes=page.sizes[start:end] if known else None,
+        mtimes=mtimes[start:end] if mtimes is not None else None))
         for part, (start, end) in enumerate(cuts)]
 
 
