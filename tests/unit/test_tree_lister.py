@@ -62,7 +62,14 @@ class FakeTree:
         listed, files, dirs = json.loads(body)
         assert listed == path
         return DirPage(tuple(path + name for name in files), (len(path),) * len(files),
-                       tuple(path + name + "/" for name in dirs))
+                       tuple(path + name + "/" for name in dirs),
+                       sums=tuple(path + name for name in files if name.endswith("SUMS")))
+
+    def file_url(self, item: str) -> str:
+        return (self.root / item.replace("/", "_")).as_uri()
+
+    def read_sums(self, item: str, status: int, body: bytes) -> dict[str, str]:
+        return json.loads(body)
 
     def transfer_error(self, code: int, message: str, url: str) -> ListingError:
         return ListingError(f"{url}: {message}", retryable=False)
@@ -256,3 +263,22 @@ def test_what_waits_to_be_listed_stays_small_in_a_wide_deep_tree(tmp_path: Path)
 def test_next_token_round_trips_the_subdirectories() -> None:
     dirs = ("a/", "b c/", "é/", "\udcff/")
     assert parse_next(next_token(dirs, 3)) == (dirs, 3)
+
+
+def test_a_directorys_pages_wait_for_its_checksum_files_and_carry_their_digests(
+        tmp_path: Path) -> None:
+    tree = {"": (["MD5SUMS", "a", "b"], ["d"]), "d/": (["SHA256SUMS", "c"], []),
+            "e/": ([], [])}
+    tree[""][1].append("e")
+    tree["e/"] = (["BROKEN_SUMS", "f"], [])
+    (tmp_path / "MD5SUMS").write_text(json.dumps({"a": "0" * 32}))
+    (tmp_path / "d_SHA256SUMS").write_text(json.dumps({"d/c": "sha256:" + "1" * 64}))
+    # e/BROKEN_SUMS is never written: its request fails, and e/'s files go unchecked
+    source = FakeTree(tmp_path, tree)
+    pages, end = drain(TreeLister(source, FAST, [], [], 0, True, ahead=64, concurrency=2))
+    assert isinstance(end, ListingFinished)
+    by_dir = {parse_token(page.token)[0]: page.page for page in pages}
+    assert by_dir[""].md5s == ("", "0" * 32, "")
+    assert by_dir[""].sizes == (0, 0, 0)  # sent with the digests, so the engine reads them
+    assert by_dir["d/"].md5s == ("", "sha256:" + "1" * 64)
+    assert by_dir["e/"].md5s is None and by_dir["e/"].items == ("e/BROKEN_SUMS", "e/f")

@@ -19,13 +19,14 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bulkfetch.config import GetOptions, RetryPolicy
 from bulkfetch.listing.lister import Listed, ListerThread, ListingFailed, ListingFinished
 from bulkfetch.listing.multi_gets import Answer, MultiGets
 from bulkfetch.sources.listed import ListedPage, ListingError
 from bulkfetch.sources.tree import (
+    DirPage,
     TreeSource,
     pages_of,
     parse_next,
@@ -44,6 +45,17 @@ class _Job:
     replays: list[tuple[int, str, str | None]] = field(default_factory=list)  # journaled
     missing_from: int = 0  # not fresh: its parts from this one on were never journaled
     attempt: int = 1
+    found: DirPage | None = None  # listed, waiting for its checksum files
+    digests: dict[str, str] = field(default_factory=dict)  # what those gave so far
+    sums_waiting: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Sums:
+    """A directory's checksum file, asked for before its pages go."""
+
+    job: _Job
+    item: str
 
 
 def tree_concurrency(options: GetOptions) -> int:
@@ -85,9 +97,10 @@ class TreeLister(ListerThread):
         self.seq = start_seq
         self.list_more = list_more
         self.key_of = key_of
-        self.answers: queue.Queue[tuple[_Job, Answer]] = queue.Queue()
-        self.gets: MultiGets[_Job] = MultiGets(source.list_handle, concurrency, self.answers,
-                                               self.stopping, name="bulkfetch-tree-gets")
+        self.answers: queue.Queue[tuple[_Job | _Sums, Answer]] = queue.Queue()
+        self.gets: MultiGets[_Job | _Sums] = MultiGets(
+            source.list_handle, concurrency, self.answers, self.stopping,
+            name="bulkfetch-tree-gets")
         self.concurrency = self.gets.concurrency
         self.stack: list[str] = []  # directories to list, the next one last
         self.busy = 0  # directories asked for and not answered (retries on a timer too)
@@ -135,9 +148,11 @@ class TreeLister(ListerThread):
             if not self._take(job, answer):
                 return
 
-    def _take(self, job: _Job, answer: Answer) -> bool:
-        """Act on one directory's answer; False when the listing ends here."""
-        source = self.source
+    def _take(self, key: _Job | _Sums, answer: Answer) -> bool:
+        """Act on one answer; False when the listing ends here."""
+        if isinstance(key, _Sums):
+            return self._take_sums(key, answer)
+        job, source = key, self.source
         try:
             if answer.error is not None:
                 raise source.transfer_error(*answer.error, answer.url)
@@ -146,6 +161,31 @@ class TreeLister(ListerThread):
         except ListingError as exc:
             return self._failed(job, exc)
         self.answered = True
+        if found.sums:  # its pages go with the digests these give
+            job.found, job.sums_waiting = found, len(found.sums)
+            for item in found.sums:
+                self.busy += 1
+                self.gets.ask(_Sums(job, item), source.file_url(item))
+            return True
+        return self._send_pages(job, found)
+
+    def _take_sums(self, request: _Sums, answer: Answer) -> bool:
+        """A checksum file's answer: one that fails or is no such file verifies nothing (the
+        report counts those files as checked by size), and never stops the crawl."""
+        job = request.job
+        if answer.error is None:
+            job.digests.update(self.source.read_sums(request.item, answer.status, answer.body))
+        job.sums_waiting -= 1
+        if job.sums_waiting:
+            return True
+        assert job.found is not None
+        found, digests = job.found, job.digests
+        job.found, job.digests = None, {}
+        return self._send_pages(job, replace(found, digests=tuple(
+            digests.get(item, "") for item in found.files)))
+
+    def _send_pages(self, job: _Job, found: DirPage) -> bool:
+        """Send directory `job.path`'s pages: what the job is for (see _Job)."""
         pages = pages_of(job.path, found, self.key_of)
         for seq, text, _ in job.replays:
             part = parse_token(text)[1]

@@ -11,6 +11,7 @@ entries (autoindex's rules): never '../', sort links, or links elsewhere.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
@@ -38,9 +39,14 @@ from bulkfetch.sources.tree import (
     pages_of,
     parse_token,
 )
+from bulkfetch.util.checksum_lines import ChecksumReader
 from bulkfetch.util.globs import key_filter
 from bulkfetch.util.names import all_plain
 
+# Checksum files a directory may hold, read before its files are fetched (names compared in
+# lower case), and the digest each gives
+SUM_FILES = {"sha256sums": "sha256", "sha256sums.txt": "sha256", "md5sums": "md5",
+             "md5sums.txt": "md5"}
 PROBE_TIMEOUT_S = 10.0  # the most a URL's first answer is waited for when guessing its kind
 _LISTING_TYPES = re.compile(r"text/html|application/xhtml|application/json|text/xml|"
                             r"application/xml")
@@ -154,7 +160,23 @@ class IndexSource:
                 estimated += entry.size is not None
         below = limit is None or depth(path) < limit
         dirs = tuple(path + entry.name + "/" for entry in listing.dirs) if below else ()
-        return DirPage(tuple(files), tuple(sizes), dirs, estimated, tuple(mtimes))
+        sums = tuple(path + entry.name for entry in listing.files
+                     if entry.name.lower() in SUM_FILES)
+        return DirPage(tuple(files), tuple(sizes), dirs, estimated, tuple(mtimes), sums)
+
+    def file_url(self, item: str) -> str:
+        return self.resolve(item)[1]
+
+    def read_sums(self, item: str, status: int, body: bytes) -> dict[str, str]:
+        if status != 200:
+            return {}
+        directory, _, name = item.rpartition("/")
+        algorithm = SUM_FILES[name.lower()]
+        prefix = directory + "/" if directory else ""
+        reader = ChecksumReader(io.BytesIO(body), algorithm)
+        mark = "sha256:" if algorithm == "sha256" else ""
+        return {prefix + entry.path.removeprefix("./"): mark + entry.expected
+                for entry in reader}
 
     def list_page(self, token: str | None) -> ListedPage:
         """One page as a journaled token names it (listing/tree_lister.py lists the tree

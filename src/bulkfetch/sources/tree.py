@@ -40,6 +40,9 @@ class DirPage:
     dirs: tuple[str, ...]
     estimated: int = 0  # files whose listed size was rounded, so not checked
     mtimes: tuple[int, ...] | None = None  # the files' (Unix seconds, -1 unknown)
+    sums: tuple[str, ...] = ()  # its checksum files (SHA256SUMS, MD5SUMS), among `files`
+    # the files' digests those give: an MD5's hex, "sha256:" and a SHA-256's, "" unknown
+    digests: tuple[str, ...] | None = None
 
 
 class TreeSource(Protocol):
@@ -63,6 +66,15 @@ class TreeSource(Protocol):
 
     def max_depth(self) -> int | None:
         """How many levels below the top are listed (None: all)."""
+        ...
+
+    def file_url(self, item: str) -> str:
+        """The URL of a listed file (a checksum file, read by the lister)."""
+        ...
+
+    def read_sums(self, item: str, status: int, body: bytes) -> dict[str, str]:
+        """item -> digest (as DirPage.digests) of the files checksum file `item` names in
+        its own directory; {} for an answer that is not one."""
         ...
 
 
@@ -125,9 +137,11 @@ def pages_of(path: str, page: DirPage, key_of: Callable[[str], str] | None = Non
     known = any(size >= 0 for size in page.sizes)
     mtimes = page.mtimes if page.mtimes is not None and any(
         mtime >= 0 for mtime in page.mtimes) else None
+    digests = page.digests if page.digests is not None and any(page.digests) else None
     return [(token(path, part), ListedPage(
         page.files[start:end], next_token(page.dirs, len(cuts)) if part == 0 else LATER_PART,
-        sizes=page.sizes[start:end] if known else None,
+        sizes=page.sizes[start:end] if known or digests is not None else None,
+        md5s=digests[start:end] if digests is not None else None,
         mtimes=mtimes[start:end] if mtimes is not None else None))
         for part, (start, end) in enumerate(cuts)]
 
