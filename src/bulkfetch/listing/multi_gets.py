@@ -1,7 +1,7 @@
 """GET requests carried at once on one curl multi, in a thread of its own: (key, url) in,
-(key, Answer) out, never more than `concurrency` in flight. The caller decides what to ask
-and reads the answers; this only moves bytes (a thread per request would spend its CPU
-taking the GIL from the others)."""
+`deliver(key, Answer)` called on that thread as each completes, never more than
+`concurrency` in flight. The caller decides what to ask and reads the answers; this only
+moves bytes (a thread per request would spend its CPU taking the GIL from the others)."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ class Answer:
 
 class MultiGets(Generic[K]):
     def __init__(self, make_handle: Callable[[], pycurl.Curl], concurrency: int,
-                 answers: queue.Queue[tuple[K, Answer]], stopping: threading.Event,
+                 deliver: Callable[[K, Answer], None], stopping: threading.Event,
                  name: str = "bulkfetch-multi-gets") -> None:
         self.make_handle = make_handle
         self.concurrency = max(1, concurrency)
-        self.answers = answers
+        self.deliver = deliver
         self.stopping = stopping
         self.requests: queue.Queue[tuple[K, str] | None] = queue.Queue()
         self.thread = threading.Thread(target=self._serve, daemon=True, name=name)
@@ -81,14 +81,14 @@ class MultiGets(Generic[K]):
                                     tuple(last_response(headers)), b"".join(body))
                     multi.remove_handle(handle)
                     idle.append(handle)
-                    self.answers.put((key, answer))
+                    self.deliver(key, answer)
                 for handle, code, message in failed:
                     key, url, _, _ = running.pop(handle)
                     answer = Answer(handle.getinfo(pycurl.EFFECTIVE_URL) or url,
                                     error=(code, message))
                     multi.remove_handle(handle)
                     idle.append(handle)
-                    self.answers.put((key, answer))
+                    self.deliver(key, answer)
                 if not succeeded and not failed:
                     multi.select(0.05)
         finally:

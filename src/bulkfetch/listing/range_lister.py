@@ -19,16 +19,16 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import pycurl
-
 from bulkfetch.config import GetOptions, RetryPolicy
 from bulkfetch.listing import carry, ranges
 from bulkfetch.listing.lister import Listed, Lister, ListerThread, ListingFailed, ListingFinished
+from bulkfetch.listing.multi_gets import Answer, MultiGets
 from bulkfetch.listing.tree_lister import TreeLister, tree_concurrency
-from bulkfetch.net.curl import last_response
 from bulkfetch.sources.abilities import KeyRange, MultiRangeSource, RangePage, RangeSource
 from bulkfetch.sources.base import Source
 from bulkfetch.sources.listed import ListedPage, ListingError
+
+_Replay = tuple[int, str, str | None] | None  # a journaled page listed again: (seq, token, next)
 
 
 @dataclass(slots=True)
@@ -75,6 +75,7 @@ class RangeLister(ListerThread):
             = queue.Queue()
         self.answers: queue.Queue[_Done] = queue.Queue()
         self.threads: list[threading.Thread] = []
+        self.gets: MultiGets[tuple[_Range, _Replay]] | None = None  # a MultiRangeSource's
 
 
     # -- request threads ---------------------------------------------------------------
@@ -94,67 +95,34 @@ class RangeLister(ListerThread):
             except Exception as exc:  # a bug or an unexpected answer: the lister says so
                 self.answers.put(_Done(work, unexpected=exc, replay=replay))
 
-    def _serve_multi(self, source: MultiRangeSource) -> None:
-        """Every request at once on one curl multi: take requests while a handle is free,
-        read each answer as it completes."""
-        multi = pycurl.CurlMulti()
-        idle = [source.list_handle() for _ in range(self.concurrency)]
-        running: dict[pycurl.Curl, tuple[_Range, tuple[int, str, str | None] | None,
-                                         list[bytes], list[bytes]]] = {}
+    def _read(self, source: MultiRangeSource, key: tuple[_Range, _Replay], answer: Answer
+              ) -> None:
+        """On the multi's thread: an answer read as its range's page (or why not)."""
+        work, replay = key
+        if answer.error is not None:
+            self.answers.put(_Done(work, error=source.transfer_error(*answer.error, answer.url),
+                                   replay=replay))
+            return
         try:
-            while not self.stopping.is_set():
-                while idle:
-                    try:
-                        request = (self.requests.get(timeout=0.1) if not running
-                                   else self.requests.get_nowait())
-                    except queue.Empty:
-                        break
-                    if request is None:
-                        return
-                    handle, body, headers = idle.pop(), [], []
-                    handle.setopt(pycurl.URL, source.range_url(request[0].span))
-                    handle.setopt(pycurl.WRITEFUNCTION, body.append)
-                    handle.setopt(pycurl.HEADERFUNCTION, headers.append)
-                    multi.add_handle(handle)
-                    running[handle] = (*request, body, headers)
-                if not running:
-                    continue
-                while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
-                    pass
-                _, succeeded, failed = multi.info_read()
-                for handle in succeeded:
-                    work, replay, body, headers = running.pop(handle)
-                    multi.remove_handle(handle)
-                    idle.append(handle)
-                    try:
-                        page = source.range_page(
-                            work.span, int(handle.getinfo(pycurl.RESPONSE_CODE)),
-                            last_response(headers), b"".join(body))
-                        self.answers.put(_Done(work, page=page, replay=replay))
-                    except ListingError as exc:
-                        self.answers.put(_Done(work, error=exc, replay=replay))
-                    except Exception as exc:  # a bug or an unexpected answer: say so
-                        self.answers.put(_Done(work, unexpected=exc, replay=replay))
-                for handle, code, message in failed:
-                    work, replay, _, _ = running.pop(handle)
-                    url = handle.getinfo(pycurl.EFFECTIVE_URL) or source.range_url(work.span)
-                    multi.remove_handle(handle)
-                    idle.append(handle)
-                    self.answers.put(_Done(work, error=source.transfer_error(code, message, url),
-                                           replay=replay))
-                if not succeeded and not failed:
-                    multi.select(0.05)
-        finally:
-            for handle in running:
-                multi.remove_handle(handle)
-            for handle in [*idle, *running]:
-                handle.close()
-            multi.close()
+            page = source.range_page(work.span, answer.status, list(answer.headers),
+                                     answer.body)
+            self.answers.put(_Done(work, page=page, replay=replay))
+        except ListingError as exc:
+            self.answers.put(_Done(work, error=exc, replay=replay))
+        except Exception as exc:  # a bug or an unexpected answer: the lister says so
+            self.answers.put(_Done(work, unexpected=exc, replay=replay))
 
     def _ask(self, state: _State, work: _Range,
              replay: tuple[int, str, str | None] | None = None) -> None:
         state.busy += 1
-        self.requests.put((work, replay))
+        self._send(work, replay)
+
+    def _send(self, work: _Range, replay: _Replay) -> None:
+        if self.gets is not None:
+            assert isinstance(self.source, MultiRangeSource)
+            self.gets.ask((work, replay), self.source.range_url(work.span))
+        else:
+            self.requests.put((work, replay))
 
     # -- the lister's thread -----------------------------------------------------------
     def run(self) -> None:
@@ -166,13 +134,16 @@ class RangeLister(ListerThread):
         finally:
             for _ in self.threads:
                 self.requests.put(None)
+            if self.gets is not None:
+                self.gets.close()
 
     def _run(self) -> None:
         if isinstance(self.source, MultiRangeSource):
-            thread = threading.Thread(target=self._serve_multi, args=(self.source,),
-                                      daemon=True, name="bulkfetch-list-multi")
-            thread.start()
-            self.threads.append(thread)
+            source = self.source
+            self.gets = MultiGets(source.list_handle, self.concurrency,
+                                  lambda key, answer: self._read(source, key, answer),
+                                  self.stopping, name="bulkfetch-list-multi")
+            self.gets.start()
         else:
             for number in range(self.concurrency):
                 source = self.source if number == 0 else self.source.clone()
@@ -268,7 +239,7 @@ class RangeLister(ListerThread):
 
     def _retry(self, work: _Range, replay: tuple[int, str, str | None] | None) -> None:
         if not self.stopping.is_set():
-            self.requests.put((work, replay))
+            self._send(work, replay)
 
     def _send_replay(self, journaled: tuple[int, str, str | None], page: RangePage) -> bool:
         seq, token, next_token = journaled

@@ -99,7 +99,8 @@ class TreeLister(ListerThread):
         self.key_of = key_of
         self.answers: queue.Queue[tuple[_Job | _Sums, Answer]] = queue.Queue()
         self.gets: MultiGets[_Job | _Sums] = MultiGets(
-            source.list_handle, concurrency, self.answers, self.stopping,
+            source.list_handle, concurrency,
+            lambda key, answer: self.answers.put((key, answer)), self.stopping,
             name="bulkfetch-tree-gets")
         self.concurrency = self.gets.concurrency
         self.stack: list[str] = []  # directories to list, the next one last
