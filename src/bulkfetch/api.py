@@ -128,8 +128,11 @@ def build_options(
     nothing (see bulkfetch.net.tls).
 
     Listing shape: the seed API's by default (`list_path`, `names_key`, `next_key`,
-    `marker_param`, `get_template`: None for its defaults). `api` (a preset: gcs,
-    github-releases, drf, hf-tree, seed) or `api_file` (a TOML file of the same keys) load
+    `marker_param`, `get_template`: None for its defaults). `api="index"` crawls a web
+    server's directory listings under `source` (as does a URL ending in '/' whose answer is
+    one, when no other listing parameter is given), with `max_depth`, `include`, `exclude`
+    and `list_concurrency`. `api` (a preset: gcs, github-releases, drf, hf-tree, seed) or
+    `api_file` (a TOML file of the same keys) load
     another; `items`, `name_path`, `size_path`, `md5_path`, `sha256_path`, `url_path`,
     `total_path`, `next_path` (JMESPath), `paginate` (token, url, link, offset, page, none),
     `next_param`, `page_param`, `limit_param`, `page_size`, `first_page` and

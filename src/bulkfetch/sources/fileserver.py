@@ -59,7 +59,9 @@ def json_page(url: str, status: int, headers: list[bytes], body: bytes,
     run's first page, where a 404 or 410 means the URL is wrong (rerunning cannot help)."""
     if first and status in (404, 410):
         raise ListingError(f"{_where(url)}: HTTP {status}: nothing is listed there. Check the "
-                           "URL (and --api, if one was given)", retryable=False, usage=True)
+                           "URL (and --api, if one was given; a web server's directory "
+                           "listing: end the URL with '/', or give --api index)",
+                           retryable=False, usage=True)
     if status in (401, 403):  # the same request gets the same answer: only the user can act
         raise ListingError(f"{_where(url)}: {status} — {CREDENTIALS_NEEDED}",
                            retryable=False, usage=True)
