@@ -206,6 +206,9 @@ class Report(Counts):
     checked_md5: int = 0
     checked_digest: int = 0
     checked_size: int = 0
+    # Files a directory listing gave only a rounded size ('12K'): the answer's own length
+    # checked them, not the listing
+    sizes_estimated: int = 0
     duration_s: float = 0.0
     listing_complete: bool = False
     interrupted: bool = False

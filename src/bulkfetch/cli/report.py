@@ -205,6 +205,9 @@ def summary_table(report: Report) -> Table:
     if any(count for count, _ in ways):
         table.add_row("checked", Text(" · ".join(f"{count:,} {way}" for count, way in ways
                                                   if count)))
+    if report.sizes_estimated:
+        table.add_row("", Text(f"{report.sizes_estimated:,} listed with a rounded size ('12K'): "
+                               "checked by the answer's length, not the listing"))
     if report.ranged_size_only:
         table.add_row("", Text(f"{report.ranged_size_only:,} split files by size only: "
                                "the server stated no digest of the whole file",
@@ -317,7 +320,8 @@ def report_dict(report: Report) -> dict[str, object]:
         "ranged_size_only": report.ranged_size_only,
         "concurrency": {"final": report.concurrency_final, "peak": report.concurrency_peak},
         "checked": {"md5": report.checked_md5, "digest": report.checked_digest,
-                    "size_only": report.checked_size},
+                    "size_only": report.checked_size,
+                    "sizes_estimated": report.sizes_estimated},
         "pages": report.pages,
         "pages_listed": report.pages_listed,
         "pages_reassigned": report.pages_reassigned,

@@ -63,6 +63,7 @@ class Coordinator:
         self.journal_failed_before = before.files_failed
         self.resumed_bytes = before.bytes
         self.pages_listed = before.pages_listed
+        self.sizes_estimated = 0  # files listed this run with a rounded size (Report)
         self.pages_done = before.pages_done
         self.listing_done = before.listing_done
         self.total_files: int | None = before.files_listed if before.listing_done else None
@@ -315,6 +316,7 @@ class Coordinator:
                     self._fail_run(str(exc))
                     return
                 self.pages_listed += 1
+                self.sizes_estimated += page.estimated
                 if event.seq == 0 and self.sync is not None:
                     self.sync.note_pass(self.journal.pass_key())
             if page.total is not None and not self.listing_done:
@@ -476,6 +478,7 @@ class Coordinator:
             checked_md5=sum(t.checked[0] for t in ticks),
             checked_digest=sum(t.checked[1] for t in ticks),
             checked_size=sum(t.checked[2] for t in ticks),
+            sizes_estimated=self.sizes_estimated,
             pages=totals.pages_done,
             pages_listed=totals.pages_listed,
             duration_s=time.monotonic() - started,

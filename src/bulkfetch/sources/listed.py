@@ -22,6 +22,7 @@ class ListedPage:
     # the items' modification times (Unix seconds, -1 unknown), when the listing says them
     # (a web server's directory listing): what --sync compares with DEST's
     mtimes: tuple[int, ...] | None = None
+    estimated: int = 0  # items whose listed size was rounded ('12K'), so checks nothing
 
 
 def listed_metadata(page: ListedPage, items: tuple[str, ...]

@@ -142,7 +142,8 @@ def pages_of(path: str, page: DirPage, key_of: Callable[[str], str] | None = Non
         page.files[start:end], next_token(page.dirs, len(cuts)) if part == 0 else LATER_PART,
         sizes=page.sizes[start:end] if known or digests is not None else None,
         md5s=digests[start:end] if digests is not None else None,
-        mtimes=mtimes[start:end] if mtimes is not None else None))
+        mtimes=mtimes[start:end] if mtimes is not None else None,
+        estimated=page.estimated if part == 0 else 0))
         for part, (start, end) in enumerate(cuts)]
 
 
