@@ -98,6 +98,22 @@ class ListerThread(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
 
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # a bug or an unexpected answer: end the run with it
+            self._put(ListingFailed(f"the listing stopped on an unexpected error: "
+                                    f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._ended()
+
+    def _run(self) -> None:
+        """The listing, sending its events with _put()."""
+        raise NotImplementedError
+
+    def _ended(self) -> None:
+        """After _run, however it ended: let go of what it started."""
+
     def _put(self, event: ListerEvent) -> bool:
         """Hand `event` over; False once the lister is stopped while the queue is full."""
         while not self.stopping.is_set():
@@ -157,13 +173,6 @@ class Lister(ListerThread):
                 attempt += 1
                 if self.stopping.wait(delay):
                     return None
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as exc:  # a bug or an unexpected answer: end the run with it
-            self._put(ListingFailed(f"the listing stopped on an unexpected error: "
-                                    f"{type(exc).__name__}: {exc}"))
 
     def _run(self) -> None:
         for seq, token, next_token in self.replay:

@@ -125,17 +125,11 @@ class RangeLister(ListerThread):
             self.requests.put((work, replay))
 
     # -- the lister's thread -----------------------------------------------------------
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as exc:
-            self._put(ListingFailed(f"the listing stopped on an unexpected error: "
-                                    f"{type(exc).__name__}: {exc}"))
-        finally:
-            for _ in self.threads:
-                self.requests.put(None)
-            if self.gets is not None:
-                self.gets.close()
+    def _ended(self) -> None:
+        for _ in self.threads:
+            self.requests.put(None)
+        if self.gets is not None:
+            self.gets.close()
 
     def _run(self) -> None:
         if isinstance(self.source, MultiRangeSource):

@@ -106,14 +106,8 @@ class TreeLister(ListerThread):
         self.stack: list[str] = []  # directories to list, the next one last
         self.busy = 0  # directories asked for and not answered (retries on a timer too)
 
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as exc:  # a bug or an unexpected answer: end the run with it
-            self._put(ListingFailed(f"the listing stopped on an unexpected error: "
-                                    f"{type(exc).__name__}: {exc}"))
-        finally:
-            self.gets.close()
+    def _ended(self) -> None:
+        self.gets.close()
 
     def _ask(self, job: _Job) -> None:
         self.busy += 1
