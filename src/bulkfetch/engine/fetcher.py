@@ -259,6 +259,11 @@ class Fetcher:
                     wake = gate.next_wake()
                     if wake is not None:
                         timeout = min(timeout, wake)
+                # libcurl's own next deadline: a transfer --limit-rate holds back (or one
+                # waiting to connect again) moves on a timer, not on a socket
+                due_ms = multi.timeout()
+                if 0 <= due_ms < timeout * 1000:
+                    timeout = due_ms / 1000
                 if len(handles) <= SELECT_SEES:
                     multi.select(timeout)
                 else:  # see SELECT_SEES
