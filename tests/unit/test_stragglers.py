@@ -161,3 +161,18 @@ def test_a_failed_half_of_a_pair_leaves_the_other_alone() -> None:
     book.pair(first, second)
     assert book.settle(second, answered=False) is second
     assert not book.dropped and not book.twin and book.won == 0
+
+
+def test_the_book_of_hosts_stays_small_over_any_number_of_hosts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stragglers, "HOSTS_KEPT", 8)
+    book = Stragglers(connect_s=10.0)
+    for number in range(50):  # a URL list's hosts, one straggler each, one after another
+        book.scan(float(number), flight(FakeHandle(0.05), url=f"http://h{number}/x"),
+                  host_of, watching())
+        assert len(book.hosts) <= 9
+    # the hosts of the last scan keep their records (their hedges still count)
+    both = flight(FakeHandle(2.0), url="http://h49/x") + flight(FakeHandle(2.0),
+                                                                url="http://h48/x")
+    book.scan(60.0, both, host_of, watching())
+    assert {"h48", "h49"} <= set(book.hosts)

@@ -51,6 +51,9 @@ QUIET = 2.0
 CONNECT_FLOOR_S = 0.3  # never dial again a connect younger than this ...
 CONNECT_FACTOR = 4.0  # ... or than this many times its host's recent mean latency
 
+# Hosts whose record is kept between scans when more than this many were seen (a URL list
+# of millions of hosts): only those with a straggler in the last scan then stay.
+HOSTS_KEPT = 4096
 _TOTAL_TIME = pycurl.TOTAL_TIME
 
 Handle = Any  # a pycurl.Curl (a fake one in the unit tests)
@@ -105,6 +108,7 @@ class Stragglers:
         has begun) worth a second try now; `watch(host)`: see Watch."""
         found = Found(excused=len(self.seconds))  # each pair's first is excused
         connecting: dict[Handle, Connecting] = {}
+        looked: set[str] = set()  # hosts with a straggler this scan
         twin = self.twin
         for handle, transfer, url, begun in in_flight:
             if begun or (handle in twin and handle not in self.seconds):
@@ -126,6 +130,7 @@ class Stragglers:
             if waited < EXCUSE_FACTOR * latency:
                 continue
             record = self._record(host, answered, now)
+            looked.add(host)
             alive = record.changed_at >= now - waited  # it answered since this was sent
             if alive and handle not in twin:
                 found.excused += 1
@@ -139,6 +144,8 @@ class Stragglers:
                 found.hedge.append(handle)
         self.connecting = connecting
         self.redialed += len(found.redial)
+        if len(self.hosts) > HOSTS_KEPT:  # memory stays flat over any number of hosts
+            self.hosts = {host: self.hosts[host] for host in looked}
         return found
 
     def plan_next(self, now: float, latency: float) -> None:
