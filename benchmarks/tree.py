@@ -22,7 +22,10 @@ pinned (the clients may use both cores, as a user's would):
                   every listing as DIR/index.html; with --reject='index.html*' too);
 - rclone:         `rclone copy --http-url URL/tree/ :http: DEST --transfers 16 --checkers 16`
                   (a HEAD request for every file, rclone's default for the http backend);
-- rclone no-head: the same with --http-no-head.
+- rclone no-head: the same with --http-no-head;
+- cp:             `cp -r TREE/. DEST`, no network: what creating the files costs. With
+                  nginx's CPU it gives the floor under the bars: (cp's CPU + nginx's CPU
+                  serving the tree) / cores, the least wall time any crawler can take here.
 
 One unmeasured wget2 crawl first puts the tree in the page cache. Each measured run writes
 its DEST on a new ext4 of its own where root may mount one (bulkfetch.bench.scratch: the
@@ -79,7 +82,7 @@ from harness import (
     tree_pids,
 )
 
-SPEED_ROWS = ("bulkfetch", "wget2", "rclone", "rclone-no-head")
+SPEED_ROWS = ("bulkfetch", "wget2", "rclone", "rclone-no-head", "cp")
 ROWS = (*SPEED_ROWS, "memory")
 BAR = 3.0  # bulkfetch's files/s at least this many times each barred peer's
 BARRED = ("rclone-no-head", "wget2")
@@ -205,7 +208,9 @@ def speed(args: argparse.Namespace, only: set[str], work: Path,
         if name not in only:
             continue
         dest = work / f"fs-{name}" / "dest"
-        rows.append(Row(name, client_command(name, url, dest), dest))
+        command = (["cp", "-r", f"{www / 'tree'}/.", str(dest)] if name == "cp"
+                   else client_command(name, url, dest))
+        rows.append(Row(name, command, dest))
     try:
         warm(url, work)
         for number in range(args.rounds):
@@ -369,6 +374,18 @@ def speed_bars(rows: list[Row]) -> str:
                    f"(>= {BAR}; rounds {', '.join(f'{r:.2f}' for r in ratios)}; ratio of "
                    f"the medians {peer.median / ours.median:.2f})"
                    + ("" if ours.ok and peer.ok else "; a row failed its check"))
+        local = by.get("cp")
+        if local is not None:
+            # The least any crawler can take here: the files created (as cp -r creates
+            # them, no network) and nginx serving them, on the cores this machine has.
+            creating, serving = statistics.median(local.cpu), statistics.median(ours.server_cpu)
+            cores = os.cpu_count() or 1
+            floor = (creating + serving) / cores
+            asked = peer.median / BAR
+            out.append(f"  the bar asks for {asked:.2f} s; this machine's floor is "
+                       f"{floor:.2f} s ((cp -r's {creating:.2f} CPU s to create the files + "
+                       f"nginx's {serving:.2f} CPU s to serve them) / {cores} cores)"
+                       + ("; the bar is below the floor" if asked < floor else ""))
     return "\n".join(out)
 
 
