@@ -101,6 +101,7 @@ class Tree:
     root: Path
     files: dict[str, bytes]
     dirs: set[str]
+    mutable: Path  # an empty directory nginx serves at /sync/, for a test to change
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,8 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
     files = _build_tree(root)
     dirs = _dirs_of(files, root)
     assert len(files) > 300 and len(dirs) > 20 and max(f.count("/") for f in files) >= 10
-    return Tree(root, files, dirs)
+    (site / "mutable").mkdir()
+    return Tree(root, files, dirs, site / "mutable")
 
 
 # -- servers ---------------------------------------------------------------------------------
@@ -155,7 +157,7 @@ class Served:
     log: AccessLog
 
 
-def _nginx_conf(home: Path, root: Path, port: int) -> str:
+def _nginx_conf(home: Path, root: Path, port: int, mutable: Path) -> str:
     run = home / "run"
     user = "user root;\n" if os.geteuid() == 0 else ""  # root's tmp dirs are often mode 0700
     temps = "".join(f'    {kind}_temp_path "{run / kind}";\n'
@@ -204,6 +206,12 @@ http {{
         location ^~ /refuse/{GONE} {{
             return 404;
         }}
+        location /sync/ {{
+            alias "{mutable}/";
+            autoindex on;
+            autoindex_format html;
+            autoindex_exact_size on;
+        }}
     }}
 }}
 """
@@ -219,7 +227,7 @@ def nginx(tree: Tree, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
     (home / "run").mkdir()
     port = free_port()
     config = home / "nginx.conf"
-    config.write_text(_nginx_conf(home, tree.root, port))
+    config.write_text(_nginx_conf(home, tree.root, port, tree.mutable))
     server = Nginx(config, port).start()
     try:
         yield Served(server.url + "/", AccessLog(
@@ -648,3 +656,41 @@ def test_usage_errors_name_the_flag_and_write_nothing(
     assert "--max-depth" in depth.stderr and "Traceback" not in depth.stderr
     assert not dest.exists()
     assert os.listdir(out) == []
+
+
+# -- 9. --sync after the server added, changed and removed files --------------------------------
+@pytest.mark.nginx
+def test_sync_fetches_only_what_was_added_or_changed_and_deletes_what_went(
+        nginx: Served, tree: Tree, tmp_path: Path) -> None:
+    rng = random.Random(49)
+    root = tree.mutable
+    files = {f"{directory}/file {index}.dat": rng.randbytes(rng.randint(1, 4000))
+             for directory in ("a", "a/b", "c") for index in range(20)}
+    hour_ago = time.time() - 3600  # the listing's times are whole minutes: well before
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+        os.utime(root / rel, (hour_ago, hour_ago))
+    out, dest = dest_in(tmp_path)
+    proc, report = get(nginx.url + "sync/", dest, tmp_path / "first.json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_exactly(dest, files)
+
+    time.sleep(1.1)  # the changes come after DEST stored the files, by the server's clock
+    files["a/file 0.dat"] += b" and more"  # another size
+    same_size = "a/b/file 3.dat"
+    files[same_size] = bytes(reversed(files[same_size]))  # the same size, a new time
+    files["c/new one.txt"] = b"added\n"
+    for rel in ("a/file 0.dat", same_size, "c/new one.txt"):
+        (root / rel).write_bytes(files[rel])
+    (root / "c" / "file 7.dat").unlink()
+    del files["c/file 7.dat"]
+    mark = nginx.log.mark()
+    proc, report = get(nginx.url + "sync/", dest, tmp_path / "sync.json", "--sync", "--delete")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_exactly(dest, files)
+    only_dest(out)
+    fetched = sorted(unquote(target)[len("/sync/"):] for _, target in nginx.log.since(mark)
+                     if not target.endswith("/"))
+    assert fetched == sorted(["a/file 0.dat", same_size, "c/new one.txt"])
+    assert report["unchanged"] == len(files) - 3 and report["deleted"] == 1, report
