@@ -100,3 +100,18 @@ def test_the_journal_stores_no_secret_and_still_recognises_the_run(tmp_path: Pat
                 assert secret.encode() not in path.read_bytes(), (secret, path)
     # the same source (same secret) is the same run; the masked form is what is compared
     Journal.open(dest, fingerprint).close()
+
+
+def test_a_secret_of_exactly_the_shortest_length_is_masked_and_a_shorter_one_is_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from bulkfetch.util import redact
+
+    monkeypatch.setattr(redact, "_SECRETS", [])  # this test's secrets only
+    shortest = "k" * redact.MIN_SECRET
+    redact.register_secret(f"  {shortest} ")  # as a header value comes, spaces around
+    redact.register_secret("q" * (redact.MIN_SECRET - 1))  # would mask every "qqqqq"
+    assert redact_text(f"token {shortest} sent") == f"token {MASK} sent"
+    assert redact_text("qqqqq and qqqqqq") == "qqqqq and qqqqqq"
+    # a longer secret holding a shorter one is masked whole, not around the shorter
+    redact.register_secret(shortest + "-longer")
+    assert redact_text(f"x {shortest}-longer y") == f"x {MASK} y"
