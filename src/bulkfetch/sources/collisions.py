@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 
 PARTITIONS = 64
+FLUSH_AT = 8192  # hashes a partition holds in memory before they go to its file
 
 # (name, URL) of every line, in file order
 Rows = Callable[[], Iterable[tuple[str, str]]]
@@ -47,7 +48,7 @@ def _repeated_hashes(rows: Rows) -> set[int]:
                 code = hash(name)
                 buffer = buffers[code % PARTITIONS]
                 buffer.append(code)
-                if len(buffer) >= 8192:
+                if len(buffer) >= FLUSH_AT:
                     buffer.tofile(files[code % PARTITIONS])
                     del buffer[:]
             for buffer, handle in zip(buffers, files, strict=True):
