@@ -18,11 +18,10 @@ from urllib.parse import quote, urlsplit
 
 import pycurl
 
-from bulkfetch.config import CrawlOptions, Timeouts, TlsOptions
+from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, CrawlOptions, Timeouts, TlsOptions
 from bulkfetch.errors import UsageError
 from bulkfetch.net.curl import (
     header_value,
-    new_handle,
     perform_get,
     retry_after_seconds,
     retryable_status,
@@ -30,6 +29,7 @@ from bulkfetch.net.curl import (
 from bulkfetch.sources.abilities import Abilities
 from bulkfetch.sources.autoindex import ListingFormatError, parse_listing
 from bulkfetch.sources.fileserver import CREDENTIALS_NEEDED, not_http, redact
+from bulkfetch.sources.list_handle import ListHandle
 from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
 from bulkfetch.sources.tree import (
     LATER_PART,
@@ -73,11 +73,11 @@ class IndexSource:
                  max_page_size: int, tls: TlsOptions | None = None) -> None:
         self.top = directory_url(url)
         self.crawl = crawl
-        self.timeouts, self.max_page_size = timeouts, max_page_size
+        self.max_page_size = max_page_size
         self.tls = tls or TlsOptions()
         self.taken = key_filter(crawl.include, crawl.exclude)
         self._url_format = self.top.replace("%", "%%") + "%s"
-        self._handle: pycurl.Curl | None = None
+        self.lists = ListHandle(timeouts, self.tls, max_page_size)
 
     def describe(self) -> str:
         return f"{redact(self.top)} (directory listings)"
@@ -105,10 +105,7 @@ class IndexSource:
         return self.top + quote(path, safe="/", errors="surrogateescape")
 
     def list_handle(self) -> pycurl.Curl:
-        handle = new_handle(self.timeouts, self.tls)
-        # libcurl refuses a larger announced Content-Length and stops a longer body.
-        handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
-        return handle
+        return self.lists.new()
 
     def transfer_error(self, code: int, message: str, url: str) -> ListingError:
         return listing_transfer_error(code, message, url, f"listing {redact(url)}",
@@ -185,15 +182,13 @@ class IndexSource:
             path, part = parse_token(token)
         except ValueError as exc:
             raise ListingError(str(exc), retryable=False) from None
-        url = self.dir_url(path)
-        if self._handle is None:
-            self._handle = self.list_handle()
+        url, handle = self.dir_url(path), self.lists.get()
         try:
-            status, headers, body = perform_get(self._handle, url)
+            status, headers, body = perform_get(handle, url)
         except pycurl.error as exc:
             code, message = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""
             raise self.transfer_error(code, message, url) from None
-        found = self._handle.getinfo(pycurl.EFFECTIVE_URL) or url
+        found = handle.getinfo(pycurl.EFFECTIVE_URL) or url
         pages = pages_of(path, self.dir_page(path, status, headers, body, found))
         return pages[part][1] if part < len(pages) else ListedPage((), LATER_PART)
 
@@ -205,10 +200,9 @@ def answers_a_listing(url: str, timeouts: Timeouts, tls: TlsOptions) -> str | No
         top = directory_url(url)
     except UsageError:
         return None
-    handle = new_handle(timeouts, tls)
+    handle = ListHandle(timeouts, tls, DEFAULT_MAX_PAGE_SIZE).new()
     handle.setopt(pycurl.TIMEOUT_MS, int(min(PROBE_TIMEOUT_S, timeouts.total_s or
                                              PROBE_TIMEOUT_S) * 1000))
-    handle.setopt(pycurl.MAXFILESIZE_LARGE, 16 << 20)
     try:
         status, headers, body = perform_get(handle, top)
         found = handle.getinfo(pycurl.EFFECTIVE_URL) or top

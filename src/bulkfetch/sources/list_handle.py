@@ -23,14 +23,19 @@ class ListHandle:
 
     def get(self) -> pycurl.Curl:
         if self._handle is None:
-            handle = self._handle = new_handle(self.timeouts, self.tls)
-            # libcurl refuses a larger announced Content-Length and stops a longer body.
-            handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
-            if self.patience is not None:
-                handle.setopt(pycurl.LOW_SPEED_TIME, self.patience)
-            for option, value in self.options:
-                handle.setopt(option, value)
+            self._handle = self.new()
         return self._handle
+
+    def new(self) -> pycurl.Curl:
+        """Another handle with the same options (a listing that asks many pages at once)."""
+        handle = new_handle(self.timeouts, self.tls)
+        # libcurl refuses a larger announced Content-Length and stops a longer body.
+        handle.setopt(pycurl.MAXFILESIZE_LARGE, self.max_page_size)
+        if self.patience is not None:
+            handle.setopt(pycurl.LOW_SPEED_TIME, self.patience)
+        for option, value in self.options:
+            handle.setopt(option, value)
+        return handle
 
     def be_patient(self, seconds: float) -> None:
         """The lister's word: a list request whose answer stays silent this long ends (with
