@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bulkfetch.engine.adaptive import MAX_INTERVAL_S, Controller, open_file_ceiling
+from bulkfetch.engine.adaptive import GROWTH, MAX_INTERVAL_S, Controller, open_file_ceiling
 
 
 class Clock:
@@ -26,13 +26,16 @@ def drive(controller: Controller, clock: Clock, serve, seconds: float,
     answers that say congested)`.
     `work` caps the transfers the worker has at hand. Returns the limit after each step."""
     limits = []
+    owed = 0.0  # answers due but not whole yet (4 in flight at 100 ms: 0.4 a step)
     for _ in range(int(seconds / 0.01)):
         in_flight = min(controller.limit, work)
         rate, latency, congested = serve(in_flight)
-        done = rate * 0.01
+        owed += rate * 0.01
+        done = int(owed)
+        owed -= done
         controller.in_flight(in_flight)
-        controller.completed(int(done), int(done) * latency)
-        if congested:
+        controller.completed(done, done * latency)
+        if congested and done:
             controller.congested(max(1, int(done * congested)))
         clock.now += 0.01
         if controller.due(clock.now):
@@ -56,6 +59,18 @@ def test_a_far_server_is_filled_in_a_few_seconds() -> None:
     # Little's law: 12,000 files/s at 100 ms needs 1,200 in flight
     assert 1024 <= limits[-1] <= 2048
     assert next(i for i, limit in enumerate(limits) if limit >= 1024) * 0.01 < 5.0
+
+
+def test_from_a_gentle_start_a_far_server_is_filled_in_round_trips_not_intervals() -> None:
+    """From 4 in flight on a 100 ms server: one more per answer (twice the limit a round
+    trip, as TCP's slow start) reaches 1,024 in well under the 2 s that doubling once an
+    interval takes; the overshoot past 1,200 (where requests start to queue) comes back to
+    what the server served times its latency floor, not to the last limit that paid."""
+    clock = Clock()
+    controller = Controller(4, 4096, clock=clock, cpu_clock=lambda: 0.0)
+    limits = drive(controller, clock, far_server(0.1, 12_000), 5.0)
+    assert next(i for i, limit in enumerate(limits) if limit >= 1024) * 0.01 < 1.5
+    assert min(limits[-100:]) >= 1100 and max(limits[-100:]) <= 2048, limits[-100:]
 
 
 @pytest.mark.parametrize(("cpu_share", "settles"), [(1.0, (56, 72)), (0.2, (8, 16))],
@@ -118,7 +133,7 @@ def test_a_steady_trickle_of_throttling_is_not_congestion() -> None:
     controller.in_flight(64)
     controller.congested(15)  # 1.5%
     clock.now = 0.3
-    assert controller.decide(clock.now) == 128
+    assert controller.decide(clock.now) == 64 * GROWTH  # slow start goes on
 
 
 def test_an_interval_waits_for_completions_but_not_forever() -> None:
@@ -189,6 +204,35 @@ def test_a_server_capped_at_200_in_flight_is_used_near_its_cap() -> None:
     assert probes <= 12, probes
 
 
+def test_slow_starts_overshoot_tells_where_the_cap_is() -> None:
+    """From a start of 4 toward a server that takes 200 in flight and refuses the rest
+    (503 with Retry-After: 1, which pauses the host a second): slow start overshoots once,
+    and what got through of that burst is taken for the cap, so the creep after it slows
+    before the cap instead of meeting it again a few seconds later (each meeting costs the
+    host a paused second)."""
+    clock = Clock()
+    controller = Controller(4, 4096, clock=clock, cpu_clock=lambda: 0.0)
+    paused_until = served = 0.0
+    limits = []
+    for _ in range(int(15 / 0.01)):
+        flight = 0 if clock.now < paused_until else controller.limit
+        if flight:
+            refused = max(0.0, 1 - 200 / flight)
+            answers = flight / 0.02 * 0.01
+            served += answers * (1 - refused)
+            controller.in_flight(flight)
+            controller.completed(int(answers), int(answers) * 0.02)  # 503s are answers
+            if refused:
+                controller.congested(max(1, int(answers * refused)), told_to_wait=True)
+                paused_until = clock.now + 1.0
+        clock.now += 0.01
+        if controller.due(clock.now):
+            controller.decide(clock.now)
+        limits.append(controller.limit)
+    assert sum(1 for before, after in itertools.pairwise(limits) if after < before) == 1
+    assert served >= 0.9 * 180 / 0.02 * 15  # against a fixed 180 from the first moment
+
+
 def test_a_pause_asked_for_backs_off_however_few_answers_ask_it() -> None:
     """Near a cap only a handful of answers are refused, under CONGESTED_SHARE, yet each
     one's Retry-After pauses the whole host: the limit must come down, not creep on. The
@@ -227,10 +271,10 @@ def test_the_cap_found_by_creeping_is_backed_off_from_gently_and_probed_seldom()
             if not flights[i]:
                 continue
             answers = flights[i] / 0.02 * 0.01
-            done = answers * (1 - refused_share)
-            served += done
+            served += answers * (1 - refused_share)
             controller.in_flight(flights[i])
-            controller.completed(int(done), int(done) * 0.02)
+            # a 503 is an answer too: the fetcher counts every transfer curl completed
+            controller.completed(int(answers), int(answers) * 0.02)
             if refused_share:
                 controller.congested(max(1, int(answers * refused_share)), True)
                 paused_until[i] = clock.now + 1.0

@@ -3,6 +3,7 @@ its own limit in flight, on a clock the test moves."""
 
 from __future__ import annotations
 
+from bulkfetch.engine.adaptive import GROWTH
 from bulkfetch.engine.host_windows import HostWindows
 from bulkfetch.engine.hosts import HostGate
 
@@ -68,11 +69,11 @@ def test_a_rising_limit_wakes_the_hosts_parked_transfers() -> None:
         assert gate.admit(transfer(A, i))
     held = transfer(A, 4)
     assert not gate.admit(held)
-    for _ in range(20):  # a busy host whose files/s rose: slow start doubles it
-        windows.completed(A, 0.01)
+    for _ in range(20):  # a busy host whose files/s rose: slow start grows it, one an
+        windows.completed(A, 0.01)  # answer, at most GROWTH times over
     clock.now += 0.3
     gate.wake_hosts(windows.sweep()[0])
-    assert windows.limit(A) == 8
+    assert windows.limit(A) == 4 * GROWTH
     assert gate.release() == [(held, False)]
 
 

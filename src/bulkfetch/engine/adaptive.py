@@ -6,16 +6,20 @@ watches what the worker gets for the transfers it keeps in flight and moves the 
 
 - slow start: from a gentle few (api.AUTO_START: a small server's accept queue is never
   flooded; a resumed run starts from what its host took, dest/host_memory.py), the limit
-  doubles each interval while completed files/s rises by at least
-  RISE (and latency stays near its floor); the first interval without that rise ends slow
-  start and the limit goes back to the last one that paid;
+  grows by one for each answer of an interval (TCP's slow start: twice the limit each
+  round trip, so a far server is filled in a few of its round trips), at least doubling
+  and at most GROWTH times over, while completed files/s rises by at least RISE (and
+  latency stays near its floor); the first interval without that rise ends slow start and
+  the limit goes back to the last one that paid (where files/s rose but requests queued:
+  to files/s times the latency floor, what the server takes by Little's law);
 - then steady: -1/10 an interval while latency stays above QUEUEING x its floor (requests
   wait at the server or in this process rather than travel), else +1/64 (at least one)
   while the limit is used; after REPROBE_S without congestion, slow start again from
   there (the server or the path may take more now);
 - congestion (429, 503, timeouts, refused connections: more than CONGESTED_SHARE of an
   interval's answers, or any one that asked for a pause) multiplies the limit by BACK_OFF
-  at once, at most once an interval, and ends slow start. Each answer's Retry-After
+  at once, at most once an interval, and ends slow start (what got through is then taken
+  for the server's cap, so the creep that follows slows before it). Each answer's Retry-After
   pauses the whole host (hosts.py): near a server's cap only a few answers are refused,
   far under the share, yet each costs a pause, so an answer asking for one is congestion
   on its own. And a slow creep toward a cap costs less than probing it often: the limit
@@ -45,6 +49,9 @@ from collections.abc import Callable
 __all__ = ["Controller"]
 
 RISE = 1.15  # slow start goes on while files/s rises by this factor an interval
+# Slow start's growth an interval, at most: on a near server an interval holds hundreds of
+# round trips, and one per answer would leap past the judgement that growth paid.
+GROWTH = 4
 QUEUEING = 1.5  # latency above floor x this: requests are waiting, not travelling
 REPROBE_S = 30.0  # steady this long without congestion: try doubling again
 BACK_OFF = 0.7  # the limit after congestion, times the limit (TCP CUBIC's factor)
@@ -60,7 +67,10 @@ MAX_INTERVAL_S = 3.0
 # that throttles a steady few percent whatever the load would otherwise be left at the
 # floor, as TCP is on a lossy link.
 CONGESTED_SHARE = 0.02
-MIN_COMPLETIONS = 16  # fewer in an interval say nothing yet (unless it is MAX_INTERVAL_S old)
+# Fewer in an interval say nothing yet (unless it is MAX_INTERVAL_S old); in slow start,
+# twice the limit is enough: from 4 in flight on a 100 ms server, 16 answers take 4 round
+# trips, and every round trip of the start counts.
+MIN_COMPLETIONS = 16
 NEAR = 0.9  # within this share of the limit where congestion began: near the server's cap
 NEAR_CAP_S = 3.0  # near it, the creep adds one transfer at most this often
 NEAR_BACK_OFF = 0.9  # congestion met near the remembered cap: the limit times this
@@ -129,7 +139,8 @@ class Controller:
         elapsed = now - self.started
         if elapsed >= MAX_INTERVAL_S:
             return True
-        if elapsed < MIN_INTERVAL_S or self.completions < MIN_COMPLETIONS:
+        quorum = min(MIN_COMPLETIONS, 2 * self.limit) if self.slow_start else MIN_COMPLETIONS
+        if elapsed < MIN_INTERVAL_S or self.completions < quorum:
             return self._congested() and elapsed >= MIN_INTERVAL_S
         return elapsed >= 2 * self.latency_sum / self.completions
 
@@ -164,10 +175,14 @@ class Controller:
             # better estimate (64 sent to a cap of 8: 8, not 44, then 31, ... each of those
             # steps costing the host a Retry-After pause).
             answered = max(self.completions, self.congestion)
-            if answered >= MIN_COMPLETIONS:
-                factor = min(factor, 1.0 - self.congestion / answered)
+            got_through = 1.0 - self.congestion / answered if answered >= MIN_COMPLETIONS \
+                else 1.0
+            factor = min(factor, got_through)
             new = max(self.floor, int(self.limit * factor))
-            self.cap = self.limit
+            # Slow start's overshoot says where the cap is: what got through of the burst
+            # (256 sent to a cap of 200: about 220, not 256, so the creep slows before it).
+            self.cap = max(new, int(self.limit * got_through)) if self.slow_start \
+                else self.limit
             self.backed_off_to = new
             self.slow_start = False
             self.steady_since = now
@@ -176,14 +191,22 @@ class Controller:
             if self.slow_start:
                 if used and rate >= self.last_rate * RISE and not self._queueing(latency, busy):
                     self.paid_limit = self.limit
-                    new = self.limit * 2
+                    # one more per answer, as TCP's window grows; busy, the client sets the
+                    # pace and more in flight buys little: doubling is enough
+                    growth = 2 if busy else GROWTH
+                    new = max(2 * self.limit,
+                              min(self.limit + self.completions, growth * self.limit))
                 elif used and busy and self.limit < CLIENT_BOUND_LIMIT:
                     # files/s is this process's: more in flight costs less a file
                     new = self.paid_limit = self.limit * 2
-                elif used:  # doubling did not pay: back to the last limit that did
+                elif used:  # growth did not pay: back toward the last limit that did
                     self.slow_start = False
                     self.steady_since = now
-                    new = self.paid_limit
+                    # unless files/s rose but latency says requests queue: then what the
+                    # server gave times its latency floor (Little's law, BBR's estimate) is
+                    # what it takes, between the limit that paid and this one (599 grown to
+                    # 2,096 toward a server that serves 1,200 in flight: 1,200, not 599)
+                    new = max(self.paid_limit, min(self.limit, int(rate * self.floor_latency)))
             elif self._queueing(latency, busy):  # waiting, not travelling
                 new = self.limit - max(1, self.limit // 10)
             elif used and now - self.steady_since < REPROBE_S:
