@@ -204,6 +204,16 @@ def test_a_server_capped_at_200_in_flight_is_used_near_its_cap() -> None:
     assert probes <= 12, probes
 
 
+def test_a_near_server_is_grown_by_doubling() -> None:
+    """A sub-millisecond server (loopback nginx): a 4x step's latency would read as queueing
+    and end slow start at its first step; doubling an interval reaches the client's bound
+    within a second anyway."""
+    clock = Clock()
+    controller = Controller(4, 4096, clock=clock, cpu_clock=lambda: 0.0)
+    limits = drive(controller, clock, far_server(0.0003, 1_000_000), 0.3)
+    assert limits[-1] == 8
+
+
 def test_slow_starts_overshoot_tells_where_the_cap_is() -> None:
     """From a start of 4 toward a server that takes 200 in flight and refuses the rest
     (503 with Retry-After: 1, which pauses the host a second): slow start overshoots once,

@@ -6,9 +6,9 @@ watches what the worker gets for the transfers it keeps in flight and moves the 
 
 - slow start: from a gentle few (api.AUTO_START: a small server's accept queue is never
   flooded; a resumed run starts from what its host took, dest/host_memory.py), the limit
-  grows by one for each answer of an interval (TCP's slow start: twice the limit each
-  round trip, so a far server is filled in a few of its round trips), at least doubling
-  and at most GROWTH times over, while completed files/s rises by at least RISE (and
+  doubles each interval, or on a far server (a latency floor of FAR_S or more) grows by one
+  for each answer of an interval (TCP's slow start: twice the limit each round trip, so it
+  is filled in a few of its round trips), at most GROWTH times over, while completed files/s rises by at least RISE (and
   latency stays near its floor); the first interval without that rise ends slow start and
   the limit goes back to the last one that paid (where files/s rose but requests queued:
   to files/s times the latency floor, what the server takes by Little's law);
@@ -52,6 +52,11 @@ RISE = 1.15  # slow start goes on while files/s rises by this factor an interval
 # Slow start's growth an interval, at most: on a near server an interval holds hundreds of
 # round trips, and one per answer would leap past the judgement that growth paid.
 GROWTH = 4
+# ... and only on a far server, whose latency floor is at least this: on a near one
+# (loopback nginx: 0.3 ms) the client is soon the bottleneck, an interval's doubling
+# reaches it within a second, and a 4x step's latency (0.3 ms at 4 in flight, 1.1 ms at
+# 64) reads as queueing and ended slow start at 4 (2026-11-29).
+FAR_S = 0.005
 QUEUEING = 1.5  # latency above floor x this: requests are waiting, not travelling
 REPROBE_S = 30.0  # steady this long without congestion: try doubling again
 BACK_OFF = 0.7  # the limit after congestion, times the limit (TCP CUBIC's factor)
@@ -193,7 +198,7 @@ class Controller:
                     self.paid_limit = self.limit
                     # one more per answer, as TCP's window grows; busy, the client sets the
                     # pace and more in flight buys little: doubling is enough
-                    growth = 2 if busy else GROWTH
+                    growth = GROWTH if not busy and self.floor_latency >= FAR_S else 2
                     new = max(2 * self.limit,
                               min(self.limit + self.completions, growth * self.limit))
                 elif used and busy and self.limit < CLIENT_BOUND_LIMIT:
