@@ -239,6 +239,7 @@ class Report(Counts):
     # get --sync: files found in step with the source without a body (the listing's size and
     # MD5, or a 304), and files removed by --delete as no longer listed
     unchanged: int = 0
+    unchanged_listed: int = 0  # of `unchanged`, those the listing showed (the rest: 304s)
     deleted: int = 0
     changed_in_dest: int = 0  # files modified in DEST since they were stored: fetched again
     started_at: float | None = None  # Unix time (time.time()) the run began

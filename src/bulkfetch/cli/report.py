@@ -161,7 +161,10 @@ def summary_table(report: Report) -> Table:
     table.add_row("files", files)
     if syncing:
         table.add_row("sync", Text(
-            f"{report.unchanged:,} unchanged (not fetched again) · {report.deleted:,} "
+            f"{report.unchanged:,} unchanged (not fetched again: "
+            f"{report.unchanged_listed:,} by the listing, "
+            f"{report.unchanged - report.unchanged_listed:,} answered 304) · "
+            f"{report.deleted:,} "
             + ("removed as no longer listed" if sync.get("delete")  # type: ignore[union-attr]
                else "removed (no --delete)")
             + (f" · {report.changed_in_dest:,} modified in DEST since stored (fetched again)"
@@ -329,6 +332,8 @@ def report_dict(report: Report) -> dict[str, object]:
         "redialed": report.redialed,
         "requeued": report.requeued,
         "unchanged": report.unchanged,
+        "unchanged_by": {"listing": report.unchanged_listed,
+                         "not_modified": report.unchanged - report.unchanged_listed},
         "changed_in_dest": report.changed_in_dest,
         "deleted": report.deleted,
         "workers": [dict(worker, lost=None if worker.get("lost") is None

@@ -18,6 +18,12 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from bulkfetch.dest.validators import (
+    VALIDATORS_TABLE,
+    companion_of,
+    load_companion,
+    write_companion,
+)
 from bulkfetch.util.checksum_lines import parse_line, sum_lines
 
 __all__ = ["KEPT_TABLE", "SUMS_DIR", "Loaded", "load_latest", "sums_files"]
@@ -58,13 +64,16 @@ class Loaded(NamedTuple):
 
 def load_latest(db: sqlite3.Connection, dest: Path) -> Loaded:
     """Fill `db`'s table `kept` (KEPT_TABLE, emptied first) with the latest MD5 of each path
-    under DEST, in one transaction."""
+    under DEST, and its table `validators` (made here) with the HTTP validators kept beside
+    them (dest/validators.py), in one transaction."""
     files = sums_files(dest)
     read: dict[str, int] = {}
     improper = lines_read = 0
+    db.execute(VALIDATORS_TABLE)
     db.execute("BEGIN")
     try:
         db.execute("DELETE FROM kept")
+        db.execute("DELETE FROM validators")
         for file in files:
             batch: list[tuple[str, str, int]] = []
             with file.open("rb") as lines:
@@ -83,6 +92,7 @@ def load_latest(db: sqlite3.Connection, dest: Path) -> Loaded:
                     if len(batch) >= _BATCH:
                         lines_read += _keep(db, batch)
             lines_read += _keep(db, batch)
+            improper += load_companion(db, file, written)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -108,6 +118,9 @@ def rewrite(db: sqlite3.Connection, dest: Path, exclude: str | None = None) -> P
     where = f" WHERE path NOT IN (SELECT path FROM {exclude})" if exclude else ""
     rows = db.execute(f"SELECT path, md5 FROM kept{where} ORDER BY path")
     try:
+        # first, the validators (an orphan if a crash came now: no sums file names it)
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'validators'").fetchone():
+            write_companion(db, compacted, exclude)
         with open(temporary, "wb") as out:
             while batch := rows.fetchmany(_BATCH):
                 out.write(sum_lines([(md5, path) for path, md5 in batch]))
@@ -117,10 +130,14 @@ def rewrite(db: sqlite3.Connection, dest: Path, exclude: str | None = None) -> P
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink()
+        with contextlib.suppress(OSError):
+            companion_of(compacted).unlink()
         raise
     for file in sums_files(dest):
         if file.name != compacted.name:
             file.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                companion_of(file).unlink()
     return compacted
 
 

@@ -17,6 +17,7 @@ from itertools import repeat
 import pycurl
 
 from bulkfetch.config import GetOptions
+from bulkfetch.dest.validators import http_validators
 from bulkfetch.engine.adaptive import open_file_ceiling
 from bulkfetch.engine.auto import AutoConcurrency
 from bulkfetch.engine.big import BigFiles
@@ -40,7 +41,7 @@ from bulkfetch.net.curl import (
     tls_failure,
 )
 from bulkfetch.net.redirects import REDIRECT_STATUSES
-from bulkfetch.sinks.base import Sink, SinkFailure
+from bulkfetch.sinks.base import KeepsValidators, Sink, SinkFailure
 from bulkfetch.sources.base import Source
 from bulkfetch.util.md5 import SMALL_BODY, builtin_md5, openssl_md5
 
@@ -79,6 +80,9 @@ class Fetcher:
         self.buffers, self.transfer_of = transfers.buffers, transfers.transfer_of
         self.checked = transfers.checked
         self.verify = options.verify
+        # where the sink keeps them, a body's validators when its ETag is not its MD5
+        self.keep_validators = sink.keep_validators if isinstance(sink, KeepsValidators) \
+            else None
         self.pinned = transfers.pinned
         self.spool_above = options.limits.spool_above
         # What handles a finished transfer: _completed, or the conditional pages' once one
@@ -343,7 +347,7 @@ class Fetcher:
                 self.auto.congested(transfer[2])
         elif handle.getinfo(pycurl.RESPONSE_CODE) == 200:
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            digest = None
+            digest = validators = None
             if self.verify:
                 digest = (builtin_md5 if len(body) < SMALL_BODY else openssl_md5)(
                     body).hexdigest()  # md5_hex() inlined: this runs once per file
@@ -362,6 +366,8 @@ class Fetcher:
                         way = BY_SIZE
                         if reason is None and states_digest(lowered):
                             reason, way = held_body_mismatch(lines, body, digest)
+                        if self.keep_validators is not None:
+                            validators = http_validators(lines)
             else:
                 way = BY_SIZE
                 reason = self._short(handle, body)
@@ -389,6 +395,8 @@ class Fetcher:
                 except SinkFailure as exc:
                     transfers.fail(state, transfer[1], str(exc), transfer[3], transfer[2])
                     return
+                if validators is not None:
+                    self.keep_validators(transfer[1], *validators)  # type: ignore[misc]
                 self.checked[way] += 1
                 state.bytes += len(body)
                 if transfers.gate is not None:

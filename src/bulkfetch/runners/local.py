@@ -55,6 +55,7 @@ def _after_sync(options: GetOptions, sync: SyncIndex, report: Report) -> Report:
     to its end, with --delete the files the source no longer lists removed, and the sums
     rewritten to what DEST now holds."""
     report = dataclasses.replace(report, unchanged=report.unchanged + sync.unchanged,
+                                 unchanged_listed=sync.unchanged,
                                  changed_in_dest=sync.changed_here)
     if not report.listing_complete or report.error is not None or report.interrupted:
         return report  # a file not listed yet is not a file gone

@@ -6,10 +6,11 @@ pass lists the source again from its first page and, for each listed file presen
 
 - when the listing states its size and MD5 (S3, a single-part ETag) and both are the file's,
   it is not asked for at all;
-- else it is asked for with `If-None-Match: "<its MD5>"`. A server whose ETags are the
-  bodies' MD5s (S3 and most object stores, the reference server) answers 304 and the file
-  stays as it is, same inode and mtime; a server with other ETags (nginx's mtime-size)
-  answers 200 and the file is fetched again: right, only not minimal.
+- else it is asked for with `If-None-Match: "<its MD5>"`, or, when the server that sent it
+  gave another ETag or a Last-Modified (dest/validators.py), with those: `If-None-Match:
+  <its ETag>` and `If-Modified-Since: <its Last-Modified>`. An unchanged file is answered
+  304 and stays as it is, same inode and mtime, on S3, stock nginx, Apache and
+  python -m http.server alike.
 
 A listed file missing from DEST, without a recorded MD5, or modified in DEST after its sums
 line was written (its mtime is later than its sums file's: edited by hand, so the recorded
@@ -45,6 +46,7 @@ from pathlib import Path
 
 from bulkfetch.config import DeleteLimit, GetOptions
 from bulkfetch.dest.sums import KEPT_TABLE, SUMS_DIR, load_latest, rewrite, sums_files
+from bulkfetch.dest.validators import conditional_headers
 from bulkfetch.errors import BulkfetchError, UsageError
 from bulkfetch.util.names import local_parts
 
@@ -54,6 +56,7 @@ _BATCH = 500  # paths a query asks for at once (SQLite's limit on variables is 3
 # A listing's time may be cut to the minute (nginx's and Apache's HTML): a file is taken as
 # unchanged only when its listed time is this much before DEST stored it.
 MTIME_SLACK_S = 60
+_UNKNOWN = ("", 0, "", "")  # a path with no sums line
 
 
 class SyncIndex:
@@ -114,15 +117,17 @@ class SyncIndex:
     def local_path(self, name: str) -> str:
         return "/".join(local_parts(name, self.fanout))
 
-    def _kept(self, paths: Sequence[str]) -> dict[str, tuple[str, int]]:
-        """path -> (its recorded MD5, when its sums line was written: sums.KEPT_TABLE)."""
-        found: dict[str, tuple[str, int]] = {}
+    def _kept(self, paths: Sequence[str]) -> dict[str, tuple[str, int, str, str]]:
+        """path -> (its recorded MD5, when its sums line was written: sums.KEPT_TABLE, and
+        the ETag and Last-Modified kept with that line: dest/validators.py, "" if none)."""
+        found: dict[str, tuple[str, int, str, str]] = {}
         for start in range(0, len(paths), _BATCH):
             chunk = paths[start:start + _BATCH]
-            for path, md5, written in self.db.execute(
-                    "SELECT path, md5, written FROM kept "
-                    f"WHERE path IN ({','.join('?' * len(chunk))})", chunk):
-                found[path] = (md5, written)
+            for path, md5, written, etag, modified in self.db.execute(
+                    "SELECT k.path, k.md5, k.written, v.etag, v.modified FROM kept k "
+                    "LEFT JOIN validators v ON v.path = k.path AND v.written = k.written "
+                    f"WHERE k.path IN ({','.join('?' * len(chunk))})", chunk):
+                found[path] = (md5, written, etag or "", modified or "")
         return found
 
     def record_listed(self, names: Sequence[str]) -> list[str]:
@@ -158,7 +163,7 @@ class SyncIndex:
         fetch: list[int] = []
         headers: list[str] = []
         for at, path in enumerate(paths):
-            md5, written = kept.get(path, ("", 0))
+            md5, written, etag, modified = kept.get(path, _UNKNOWN)
             found = self._stat(path) if md5 else None
             if found is None or found.st_mtime_ns > written:
                 # not in DEST, nothing known of it, or changed in DEST since it was stored
@@ -180,7 +185,7 @@ class SyncIndex:
                 self.unchanged += 1
                 continue
             fetch.append(at)
-            headers.append(f'If-None-Match: "{md5}"')
+            headers.append(conditional_headers(md5, etag, modified))
         return fetch, tuple(headers)
 
     # -- what the source no longer lists ----------------------------------------------------

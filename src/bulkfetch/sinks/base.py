@@ -116,6 +116,17 @@ class Sink(Protocol):
 
 
 @runtime_checkable
+class KeepsValidators(Protocol):
+    """A sink that keeps each file's HTTP validators for a later get --sync, where they are
+    not its MD5 (dest/validators.py)."""
+
+    def keep_validators(self, name: str, etag: str, modified: str) -> None:
+        """The ETag and Last-Modified ("" when not sent) of the 200 whose body `name` was
+        just written."""
+        ...
+
+
+@runtime_checkable
 class ConditionalSink(Protocol):
     """A sink that takes pages of conditional requests (Page.headers: get --sync, a Client's
     disk cache): it sees a 200's header lines before its body, and answers a 304 from what

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bulkfetch.dest.sums import SUMS_DIR, has_sums
+from bulkfetch.dest.validators import COMPANION, validator_lines
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import SinkAbilities, SinkFailure, SinkFatal, Writer, fatal_or_failure
 from bulkfetch.sinks.spool import PARTIAL_DIR, FileSpool, SpoolDirectory
@@ -71,6 +72,9 @@ class DirectorySink:
         self.sums: list[tuple[str, str]] = []  # (name, MD5) written since the last page end
         self.sums_name = f"w{worker}-{os.getpid()}.md5"
         self.sums_fd = -1
+        # (name, ETag, Last-Modified) of those whose ETag was not their MD5
+        self.validators: list[tuple[str, str, str]] = []
+        self.validators_fd = -1
 
     def _directory(self, parts: tuple[str, ...]) -> int:
         """An fd for DEST/parts, creating directories as needed, never following symlinks."""
@@ -149,6 +153,11 @@ class DirectorySink:
         if md5 is not None:
             self.sums.append((name, md5))
 
+    def keep_validators(self, name: str, etag: str, modified: str) -> None:
+        """The ETag and Last-Modified of the 200 whose body `name` was just written (one
+        whose ETag was not its MD5), kept beside its sums line for get --sync."""
+        self.validators.append((name, etag, modified))
+
     # -- get --sync: a page whose requests are conditional (runners/sync.py) ---------------
     def response_headers(self, name: str, lines: list[bytes]) -> None:
         """A 200 to a conditional request: the body that follows replaces the file."""
@@ -217,28 +226,43 @@ class DirectorySink:
         return [report]
 
     def _record_sums(self) -> None:
-        """Append the md5sum lines of the files written since the last call."""
+        """Append the md5sum lines of the files written since the last call, and their
+        validators (dest/validators.py) to the companion file, written first: a line there
+        holds only beside its sums line."""
         fanout = self.fanout
-        lines = sum_lines([(md5, "/".join(local_parts(name, fanout))
-                            if fanout or "/" in name else name) for name, md5 in self.sums])
+
+        def path(name: str) -> str:
+            return "/".join(local_parts(name, fanout)) if fanout or "/" in name else name
+
+        lines = sum_lines([(md5, path(name)) for name, md5 in self.sums])
         self.sums.clear()
-        where = self.dest / SUMS_DIR / self.sums_name
+        if self.validators:
+            kept = validator_lines([(path(name), etag, modified)
+                                    for name, etag, modified in self.validators])
+            self.validators.clear()
+            self.validators_fd = self._append(self.validators_fd,
+                                              self.sums_name[:-4] + COMPANION, kept)
+        self.sums_fd = self._append(self.sums_fd, self.sums_name, lines)
+
+    def _append(self, fd: int, name: str, data: bytes) -> int:
+        """Append `data` to DEST/.bulkfetch/sums/`name` (opened when `fd` is -1); its fd."""
         try:
-            if self.sums_fd < 0:
+            if fd < 0:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(SUMS_DIR, 0o755, dir_fd=self.dest_fd)
                 directory = os.open(SUMS_DIR, _DIR_FLAGS, dir_fd=self.dest_fd)
                 try:
-                    self.sums_fd = os.open(self.sums_name, os.O_WRONLY | os.O_CREAT
-                                           | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                           0o644, dir_fd=directory)
+                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, 0o644, dir_fd=directory)
                 finally:
                     os.close(directory)
-            view = memoryview(lines)
+            view = memoryview(data)
             while view:
-                view = view[os.write(self.sums_fd, view):]
+                view = view[os.write(fd, view):]
         except OSError as exc:
-            raise SinkFatal(f"cannot record checksums in {where}: {exc.strerror}") from None
+            raise SinkFatal(f"cannot record checksums in {self.dest / SUMS_DIR / name}: "
+                            f"{exc.strerror}") from None
+        return fd
 
     def ready(self) -> list[PageReport]:
         return []
@@ -247,9 +271,10 @@ class DirectorySink:
         return []
 
     def close(self) -> None:
-        if self.sums_fd >= 0:
-            os.close(self.sums_fd)
-            self.sums_fd = -1
+        for fd in (self.sums_fd, self.validators_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.sums_fd = self.validators_fd = -1
         for fd in self.dirs.values():
             os.close(fd)
         self.dirs.clear()

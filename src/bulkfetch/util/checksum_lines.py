@@ -69,6 +69,19 @@ def sum_line(hexdigest: str, path: str, algo: str = "md5") -> bytes:
     return b"\\%s  %s\n" % (hexdigest.encode(), _escape(name, pattern))
 
 
+def escaped_name(name: bytes) -> tuple[bytes, bool]:
+    """`name` as a checksum line holds it, and whether it needed md5sum's escaping (the
+    line then starts with a backslash)."""
+    if _NEEDS_ESCAPE(name) is None:
+        return name, False
+    return _escape(name, _ESCAPE), True
+
+
+def unescaped_name(name: bytes) -> bytes | None:
+    """The name of an escaped line; None when it holds an escape md5sum never writes."""
+    return _unescape(name)
+
+
 def sum_lines(entries: list[tuple[str, str]]) -> bytes:
     """sum_line() of each (MD5 hex, path), joined; one encode and three scans when no path
     needs escaping (the usual case: the directory sink writes a page of them at a time)."""

@@ -1,0 +1,143 @@
+"""A file's HTTP validators, kept beside its MD5 so that `get --sync` asks any server the
+way that server understands.
+
+Where a server's ETag is the body's MD5 (S3, most object stores, the reference server) the
+sums line is the validator: a sync asks `If-None-Match: "<MD5>"`. Every other server (stock
+nginx's "mtime-size", Apache's inode-size-mtime, a CDN's opaque tag, python -m http.server
+with no ETag at all) would answer such a request 200 with the whole body again. So for a body
+whose ETag was not its MD5 the directory sink keeps the ETag and Last-Modified as the server
+sent them, in a companion of its sums file (`<worker>.http` beside `<worker>.md5`), a line
+per file:
+
+    ETAG LAST-MODIFIED  PATH
+
+- ETAG as sent (quotes and any W/ included), `-` when there was none;
+- LAST-MODIFIED as sent with its spaces as `_` (an HTTP date has no `_`), `-` when none;
+- PATH as in the sums line (md5sum's escaping, the line then starting with a backslash).
+
+A validators line holds only with the sums line it was written beside: the loader joins them
+by the sums file's modification time (`written`), so a later sums line of the same path (the
+file fetched again from a server whose ETag is its MD5) leaves an older validators line out.
+A server that sent neither header, or an ETag with a space in it (not a valid entity tag),
+leaves no line: its file is asked for by MD5 as before.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from bulkfetch.util.checksum_lines import escaped_name, unescaped_name
+
+__all__ = ["COMPANION", "VALIDATORS_TABLE", "conditional_headers", "http_validators",
+           "load_companion", "validator_lines", "write_companion"]
+
+COMPANION = ".http"  # the suffix replacing a sums file's ".md5"
+VALIDATORS_TABLE = ("CREATE TABLE IF NOT EXISTS validators (path TEXT PRIMARY KEY, "
+                    "etag TEXT NOT NULL, modified TEXT NOT NULL, written INTEGER NOT NULL) "
+                    "WITHOUT ROWID")
+_LONGEST = 512  # a longer ETag or date is no validator worth keeping a line per file for
+
+
+def http_validators(lines: list[bytes]) -> tuple[str, str] | None:
+    """(ETag, Last-Modified) of a 200's raw header lines, "" for one not sent (the last of
+    each wins); None when neither is a usable validator."""
+    etag = modified = b""
+    for line in lines:
+        first = line[:1]
+        if first in b"Ee" and line[:5].lower() == b"etag:":
+            etag = line[5:].strip()
+        elif first in b"Ll" and line[:14].lower() == b"last-modified:":
+            modified = line[14:].strip()
+    if not etag.startswith((b'"', b'W/"')) or b" " in etag or len(etag) > _LONGEST:
+        etag = b""
+    if b"_" in modified or len(modified) > _LONGEST:
+        modified = b""
+    if not etag and not modified:
+        return None
+    return etag.decode("latin-1"), modified.decode("latin-1")
+
+
+def conditional_headers(md5: str, etag: str, modified: str) -> str:
+    """The request header lines ("\\n" between) asking for a file DEST holds with `md5`,
+    stored with the server's `etag` and `modified` ("" when none were kept). With no ETag
+    kept but a date, the date alone: a server must ignore If-Modified-Since beside
+    If-None-Match (RFC 9110, 13.1.3; python -m http.server does), and one that sent no ETag
+    would never match the MD5. nginx, though, answers 304 only when both say unchanged:
+    both go, and both are the server's own."""
+    if not etag and modified:
+        return f"If-Modified-Since: {modified}"
+    tag = etag or f'"{md5}"'
+    return f"If-None-Match: {tag}\nIf-Modified-Since: {modified}" if modified \
+        else f"If-None-Match: {tag}"
+
+
+def validator_lines(entries: list[tuple[str, str, str]]) -> bytes:
+    """The companion's lines of (path, ETag, Last-Modified) entries."""
+    out = []
+    for path, etag, modified in entries:
+        name, escaped = escaped_name(os.fsencode(path))
+        head = b"\\" if escaped else b""
+        out.append(b"%s%s %s  %s\n" % (head, etag.encode("latin-1") or b"-",
+                                       modified.replace(" ", "_").encode("latin-1") or b"-",
+                                       name))
+    return b"".join(out)
+
+
+def _parse(line: bytes) -> tuple[str, str, str] | None:
+    escaped = line.startswith(b"\\")
+    if escaped:
+        line = line[1:]
+    etag, space, rest = line.partition(b" ")
+    modified, gap, name = rest.partition(b"  ")
+    if not space or not gap or not name or not etag or not modified:
+        return None
+    if escaped:
+        decoded = unescaped_name(name)
+        if decoded is None:
+            return None
+        name = decoded
+    return (os.fsdecode(name), "" if etag == b"-" else etag.decode("latin-1"),
+            "" if modified == b"-" else modified.replace(b"_", b" ").decode("latin-1"))
+
+
+def companion_of(sums_file: Path) -> Path:
+    return sums_file.with_suffix(COMPANION)
+
+
+def load_companion(db: sqlite3.Connection, sums_file: Path, written: int) -> int:
+    """Add the validators lines beside `sums_file` (whose lines were `written` then) to
+    `db`'s table `validators`; the number of lines that were not validators lines."""
+    try:
+        data = companion_of(sums_file).read_bytes()
+    except FileNotFoundError:
+        return 0
+    rows, improper = [], 0
+    for line in data.splitlines():
+        parsed = _parse(line)
+        if parsed is None:
+            improper += 1
+        else:
+            rows.append((*parsed, written))
+    db.executemany("INSERT OR REPLACE INTO validators (path, etag, modified, written) "
+                   "VALUES (?, ?, ?, ?)", rows)
+    return improper
+
+
+def write_companion(db: sqlite3.Connection, sums_file: Path, exclude: str | None) -> None:
+    """Write the companion of the compacted `sums_file` (not yet in place) from the
+    validators that held with their sums lines (`kept`), less the paths in table `exclude`
+    (none: no companion); raises OSError."""
+    where = f" AND v.path NOT IN (SELECT path FROM {exclude})" if exclude else ""
+    rows = db.execute("SELECT v.path, v.etag, v.modified FROM validators v JOIN kept k "
+                      f"ON k.path = v.path AND k.written = v.written{where} ORDER BY v.path")
+    batch = rows.fetchmany(10_000)
+    if not batch:
+        return
+    with open(companion_of(sums_file), "wb") as out:
+        while batch:
+            out.write(validator_lines(batch))
+            batch = rows.fetchmany(10_000)
+        out.flush()
+        os.fsync(out.fileno())

@@ -1,0 +1,195 @@
+"""`get --sync` against servers whose ETag is not the body's MD5 (issue 49): stock nginx
+(ETag "mtime-size", Last-Modified) and `python -m http.server` (Last-Modified only), each
+serving 2,000 files named by a URL list. An unchanged pass must move no body (the access
+logs: every answer a 304 or no request); after 20 files change on the server, a pass
+fetches those 20; DEST then equals the server's tree byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from test_nginx_export import Nginx, _nginx_binary
+
+from bulkfetch.util.ports import free_port
+
+FILES, CHANGED = 2000, 20
+
+
+@dataclass
+class Site:
+    root: Path
+    urls: Path  # the URL list
+    log: Path  # the access log: "STATUS BODY_BYTES TARGET" a line (after `pattern`)
+    pattern: re.Pattern[str]
+
+    def answers(self) -> list[tuple[int, int, str]]:
+        """(status, body bytes, target) of every request logged so far."""
+        found = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            match = self.pattern.search(line)
+            if match:
+                size = match["bytes"]  # python -m http.server logs "-" for every size
+                found.append((int(match["status"]), int(size) if size.isdigit() else 0,
+                              match["target"]))
+        return found
+
+
+def _tree(root: Path) -> None:
+    rng = random.Random(49)
+    for index in range(FILES):
+        path = root / f"d{index % 20:02d}" / f"file {index:04d}.bin"  # a space: quoted URL
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(rng.randbytes(rng.randint(0, 3000)))
+    old = time.time() - 3600  # an hour ago: a change later lands in another second
+    for path in root.rglob("*.bin"):
+        os.utime(path, (old, old))
+
+
+def _url_list(root: Path, base: str, out: Path) -> Path:
+    out.write_text("".join(f"{base}/{quote(p.relative_to(root).as_posix())}\n"
+                           for p in sorted(root.rglob("*.bin"))))
+    return out
+
+
+def _wait_port(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 15
+    while True:
+        assert process.poll() is None, "the server exited"
+        assert time.monotonic() < deadline, "the server did not start"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def nginx_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """Stock nginx (its own ETags and Last-Modified: nothing about them configured)."""
+    _nginx_binary()
+    home = tmp_path_factory.mktemp("stock-nginx")
+    run, root = home / "run", home / "site"
+    run.mkdir()
+    _tree(root)
+    port = free_port()
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    temps = "".join(f'    {kind}_temp_path "{run / kind}";\n'
+                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    (home / "nginx.conf").write_text(f"""\
+{user}worker_processes 1;
+pid "{run / 'nginx.pid'}";
+lock_file "{run / 'nginx.lock'}";
+error_log "{run / 'error.log'}" warn;
+events {{ worker_connections 1024; }}
+http {{
+    log_format answers '$status $body_bytes_sent $request_uri';
+    access_log "{run / 'access.log'}" answers;
+{temps}    default_type application/octet-stream;
+    server {{
+        listen 127.0.0.1:{port};
+        root "{root}";
+    }}
+}}
+""")
+    server = Nginx(home / "nginx.conf", port).start()
+    try:
+        yield Site(root, _url_list(root, server.url, home / "urls.txt"), run / "access.log",
+                   re.compile(r"^(?P<status>\d{3}) (?P<bytes>\d+) (?P<target>\S+)$"))
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def http_server_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """`python -m http.server`: Last-Modified and no ETag."""
+    home = tmp_path_factory.mktemp("http-server")
+    root = home / "site"
+    _tree(root)
+    port = free_port()
+    log = home / "access.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-u", "-m", "http.server", str(port), "--bind", "127.0.0.1",
+             "--directory", str(root)],
+            stdout=subprocess.DEVNULL, stderr=out, start_new_session=True)
+    try:
+        _wait_port(port, process)
+        yield Site(root, _url_list(root, f"http://127.0.0.1:{port}", home / "urls.txt"), log,
+                   re.compile(r'"GET (?P<target>\S+) HTTP/[\d.]+" (?P<status>\d{3}) '
+                              r'(?P<bytes>\d+|-)'))
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _dest_files(dest: Path) -> dict[str, bytes]:
+    return {p.relative_to(dest).as_posix(): p.read_bytes() for p in dest.rglob("*.bin")
+            if ".bulkfetch" not in p.parts}
+
+
+def _site_files(site: Site) -> dict[str, bytes]:
+    return {p.relative_to(site.root).as_posix(): p.read_bytes()
+            for p in site.root.rglob("*.bin")}
+
+
+@pytest.mark.parametrize("which", ["nginx_site", "http_server_site"])
+def test_an_unchanged_pass_moves_no_body_and_a_changed_file_is_fetched(
+        which: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    site: Site = request.getfixturevalue(which)
+    dest, report = tmp_path / "dest", tmp_path / "report.json"
+    command = ["--from-file", str(site.urls), str(dest), "--workers", "1",
+               "--report", str(report)]
+
+    def run(*extra: str) -> tuple[dict, list[tuple[int, int, str]]]:
+        before = len(site.answers())
+        done = subprocess.run([sys.executable, "-m", "bulkfetch", "get", *command, *extra],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return json.loads(report.read_text()), site.answers()[before:]
+
+    first, answers = run()
+    assert first["files_ok"] == FILES and len(answers) == FILES
+    assert _dest_files(dest) == _site_files(site)
+    stamps = {p: os.stat(dest / p).st_mtime_ns for p in _dest_files(dest)}
+
+    # nothing changed: every file asked for once, every answer a 304 with no body
+    synced, answers = run("--sync")
+    assert synced["files_ok"] == FILES and synced["files_failed"] == 0
+    assert len(answers) == FILES
+    assert {status for status, _, _ in answers} == {304}, answers[:5]
+    assert sum(size for _, size, _ in answers) == 0
+    assert {p: os.stat(dest / p).st_mtime_ns for p in stamps} == stamps  # left as they were
+    assert synced["unchanged"] == FILES
+    assert synced["unchanged_by"] == {"listing": 0, "not_modified": FILES}
+
+    # 20 files change on the server (new bytes, a new modification time)
+    rng = random.Random(7)
+    changed = sorted(rng.sample(sorted(_site_files(site)), CHANGED))
+    now = time.time()
+    for rel in changed:
+        path = site.root / rel
+        path.write_bytes(rng.randbytes(rng.randint(1, 3000)))
+        os.utime(path, (now, now))
+    synced, answers = run("--sync")
+    assert synced["files_ok"] == FILES and synced["files_failed"] == 0
+    refetched = sorted(target for status, _, target in answers if status == 200)
+    assert len(refetched) == CHANGED, refetched
+    assert sum(1 for status, _, _ in answers if status == 304) == FILES - CHANGED
+    assert _dest_files(dest) == _site_files(site)  # DEST equals a fresh download
+
+    # and a pass after that is all 304s again: the changed files' new validators were kept
+    # (the sums were rewritten as one file: the validators went with them)
+    synced, answers = run("--sync")
+    assert {status for status, _, _ in answers} == {304}
