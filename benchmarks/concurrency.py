@@ -1,6 +1,7 @@
 """`--concurrency auto` against fixed settings, side by side in one run (issue 21):
 
     python benchmarks/concurrency.py [--files 20000] [--rounds 3] [--latency 100]
+                                     [--far-settings 64,256,1024,4096,auto]
                                      [--capped-files 100000] [--loopback-files 200000]
 
 Three setups, every row one worker with --sink null (the transfers are what is measured):
@@ -135,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=20_000,
                         help="files of the far server (0: skip the far setup)")
     parser.add_argument("--latency", type=int, default=100, help="ms of the far server")
+    parser.add_argument("--far-settings", default=",".join(FAR_SETTINGS),
+                        help="the far rows' -c settings, comma-separated (auto among them); "
+                             "-c 64 takes 40 s at 20,000 files")
     parser.add_argument("--loopback-files", type=int, default=200_000,
                         help="files of the nginx export (0: skip the loopback setup)")
     # The bar is on where auto settles: each refusal pauses the host for the server's
@@ -153,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             log(f"far: bulkfetch serve --latency {args.latency}, {args.files:,} files at "
                 f"{far.url}; {place.note}")
-            rows = [Row("far", setting, args.files) for setting in FAR_SETTINGS]
+            settings = [setting.strip() for setting in args.far_settings.split(",")]
+            if "auto" not in settings or len(settings) < 2:
+                parser.error("--far-settings: give auto and at least one number")
+            rows = [Row("far", setting, args.files) for setting in settings]
             rounds(rows, far.url, place.client, work, args.rounds)
         finally:
             far.stop()
