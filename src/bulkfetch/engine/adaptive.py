@@ -8,10 +8,11 @@ watches what the worker gets for the transfers it keeps in flight and moves the 
   flooded; a resumed run starts from what its host took, dest/host_memory.py), the limit
   doubles each interval, or on a far server (a latency floor of FAR_S or more) grows by one
   for each answer of an interval (TCP's slow start: twice the limit each round trip, so it
-  is filled in a few of its round trips), at most GROWTH times over, while completed files/s rises by at least RISE (and
-  latency stays near its floor); the first interval without that rise ends slow start and
-  the limit goes back to the last one that paid (where files/s rose but requests queued:
-  to files/s times the latency floor, what the server takes by Little's law);
+  is filled in a few of its round trips), at most GROWTH times over, while completed files/s
+  rises by at least RISE (and latency stays near its floor); the first interval without
+  that rise ends slow start and the limit goes back to the last one that paid (where
+  files/s rose but requests queued: to files/s times the latency floor, what the server
+  takes by Little's law);
 - then steady: -1/10 an interval while latency stays above QUEUEING x its floor (requests
   wait at the server or in this process rather than travel), else +1/64 (at least one)
   while the limit is used; after REPROBE_S without congestion, slow start again from
