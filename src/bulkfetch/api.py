@@ -102,6 +102,7 @@ def build_options(
     delete: bool = False,
     dry_run: bool = False,
     max_delete: int | str | None = None,
+    checksum: bool = False,
     url_col: str = "url",
     name_col: str | None = None,
     name_template: str | None = None,
@@ -189,7 +190,8 @@ def build_options(
         verify=verify,
         restart=restart,
         retry_failed=retry_failed,
-        sync=_sync_options(sync, delete, dry_run, max_delete, sink, restart, retry_failed),
+        sync=_sync_options(sync, delete, dry_run, max_delete, sink, restart, retry_failed,
+                           checksum),
         table=TableOptions(url_col, name_col, name_template, tuple(save_cols)),
         s3=S3Options(endpoint_url, region, profile, no_sign_request, addressing_style,
                      tuple(include), tuple(exclude),
@@ -261,9 +263,10 @@ def _listing(source: str, from_file: bool, api: str | None,
 
 
 def _sync_options(sync: bool, delete: bool, dry_run: bool, max_delete: int | str | None,
-                  sink: str, restart: bool, retry_failed: bool) -> SyncOptions:
+                  sink: str, restart: bool, retry_failed: bool,
+                  checksum: bool = False) -> SyncOptions:
     limit = None if max_delete is None else DeleteLimit.parse(str(max_delete))
-    options = SyncOptions(sync, delete, dry_run, limit)
+    options = SyncOptions(sync, delete, dry_run, limit, checksum)
     if sync and sink != "dir":
         why = {"tar": "tar shards are not rewritten in place",
                "null": "it stores nothing to keep in step"}.get(sink, "")

@@ -254,8 +254,12 @@ class SyncOptions:
     delete: bool = False  # remove the files under DEST the pass did not list
     dry_run: bool = False  # list, and say what --delete would remove; fetch nothing
     max_delete: DeleteLimit | None = None  # above it, --delete removes nothing
+    # unchanged only by content: the listing's MD5, a 304 to the MD5, or the body compared
+    checksum: bool = False
 
     def __post_init__(self) -> None:
+        if self.checksum and not self.sync:
+            raise UsageError("--checksum judges what --sync keeps: add --sync")
         if (self.delete or self.dry_run) and not self.sync:
             raise UsageError("--delete and --dry-run go with --sync")
         if self.max_delete is not None and not (self.delete or self.dry_run):

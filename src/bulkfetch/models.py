@@ -144,6 +144,7 @@ class Tick(Counts):
     # ... and under --concurrency auto, each of those hosts' limit in this worker
     host_limits: tuple[tuple[str, int], ...] = ()
     not_modified: int = 0  # conditional requests answered 304 (get --sync, a Client cache)
+    same_bodies: int = 0  # ... answered 200 with the body DEST held (left as it was)
     # ticks at which transfers waited for the worker's share of --limit-rate or --max-rps
     # (or a host's pause): the coordinator gives such a worker more (rate_shares.py)
     held_ticks: int = 0
@@ -239,7 +240,8 @@ class Report(Counts):
     # get --sync: files found in step with the source without a body (the listing's size and
     # MD5, or a 304), and files removed by --delete as no longer listed
     unchanged: int = 0
-    unchanged_listed: int = 0  # of `unchanged`, those the listing showed (the rest: 304s)
+    unchanged_listed: int = 0  # of `unchanged`, those the listing showed
+    unchanged_same_body: int = 0  # ... those answered 200 with DEST's bytes (the rest: 304s)
     deleted: int = 0
     changed_in_dest: int = 0  # files modified in DEST since they were stored: fetched again
     started_at: float | None = None  # Unix time (time.time()) the run began

@@ -75,11 +75,9 @@ def _wait_port(port: int, process: subprocess.Popen[bytes]) -> None:
             time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def nginx_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    """Stock nginx (its own ETags and Last-Modified: nothing about them configured)."""
+def _nginx(tmp_path_factory: pytest.TempPathFactory, settings: str) -> Iterator[Site]:
     _nginx_binary()
-    home = tmp_path_factory.mktemp("stock-nginx")
+    home = tmp_path_factory.mktemp("nginx")
     run, root = home / "run", home / "site"
     run.mkdir()
     _tree(root)
@@ -100,7 +98,7 @@ http {{
     server {{
         listen 127.0.0.1:{port};
         root "{root}";
-    }}
+{settings}    }}
 }}
 """)
     server = Nginx(home / "nginx.conf", port).start()
@@ -109,6 +107,19 @@ http {{
                    re.compile(r"^(?P<status>\d{3}) (?P<bytes>\d+) (?P<target>\S+)$"))
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def nginx_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """Stock nginx (its own ETags and Last-Modified: nothing about them configured)."""
+    yield from _nginx(tmp_path_factory, "")
+
+
+@pytest.fixture(scope="module")
+def ignoring_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """nginx that ignores conditional requests: no ETag, and If-Modified-Since not
+    looked at (every answer a 200 with the whole body)."""
+    yield from _nginx(tmp_path_factory, "        etag off;\n        if_modified_since off;\n")
 
 
 @pytest.fixture(scope="module")
@@ -144,13 +155,47 @@ def _site_files(site: Site) -> dict[str, bytes]:
             for p in site.root.rglob("*.bin")}
 
 
-@pytest.mark.parametrize("which", ["nginx_site", "http_server_site"])
+def test_a_server_that_ignores_conditional_requests_leaves_equal_files_as_they_were(
+        ignoring_site: Site, tmp_path: Path) -> None:
+    """Every answer a 200: each body is compared with DEST's copy; an equal one is left as
+    it was (same mtime), the summary says the server ignores conditional requests, and a
+    changed file is replaced."""
+    site = ignoring_site
+    dest, report = tmp_path / "dest", tmp_path / "report.json"
+    command = [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(site.urls),
+               str(dest), "--workers", "1", "--report", str(report)]
+    assert subprocess.run(command, capture_output=True, timeout=300).returncode == 0
+    stamps = {p: os.stat(dest / p).st_mtime_ns for p in _dest_files(dest)}
+    rng = random.Random(8)
+    changed = sorted(rng.sample(sorted(stamps), CHANGED))
+    for rel in changed:
+        (site.root / rel).write_bytes(rng.randbytes(rng.randint(1, 3000)))
+    before = len(site.answers())
+    done = subprocess.run([*command, "--sync"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    answers = site.answers()[before:]
+    assert {status for status, _, _ in answers} == {200} and len(answers) == FILES
+    synced = json.loads(report.read_text())
+    assert synced["unchanged_by"] == {"listing": 0, "not_modified": 0,
+                                      "same_body": FILES - CHANGED}
+    assert "the server ignores conditional requests" in done.stderr
+    now = {p: os.stat(dest / p).st_mtime_ns for p in stamps}
+    assert sorted(p for p in stamps if now[p] != stamps[p]) == changed  # only those rewritten
+    assert _dest_files(dest) == _site_files(site)
+
+
+@pytest.mark.parametrize(("which", "streamed"), [
+    ("nginx_site", False), ("nginx_site", True), ("http_server_site", False)],
+    ids=["nginx", "nginx-streamed", "http.server"])
 def test_an_unchanged_pass_moves_no_body_and_a_changed_file_is_fetched(
-        which: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        which: str, streamed: bool, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """`streamed`: bodies over 1 KiB (most of them) written to disk as they arrive, the
+    way a big file goes, rather than held in memory (--spool-above 1k): their validators are
+    kept the same way, and a sync asks for them conditionally first, as for any file."""
     site: Site = request.getfixturevalue(which)
     dest, report = tmp_path / "dest", tmp_path / "report.json"
     command = ["--from-file", str(site.urls), str(dest), "--workers", "1",
-               "--report", str(report)]
+               "--report", str(report), *(["--spool-above", "1k"] if streamed else [])]
 
     def run(*extra: str) -> tuple[dict, list[tuple[int, int, str]]]:
         before = len(site.answers())
@@ -160,7 +205,9 @@ def test_an_unchanged_pass_moves_no_body_and_a_changed_file_is_fetched(
         return json.loads(report.read_text()), site.answers()[before:]
 
     first, answers = run()
-    assert first["files_ok"] == FILES and len(answers) == FILES
+    # (a body found over --spool-above is asked for again, streamed: a second request)
+    assert first["files_ok"] == FILES and (len(answers) > FILES if streamed
+                                           else len(answers) == FILES)
     assert _dest_files(dest) == _site_files(site)
     stamps = {p: os.stat(dest / p).st_mtime_ns for p in _dest_files(dest)}
 
@@ -172,7 +219,7 @@ def test_an_unchanged_pass_moves_no_body_and_a_changed_file_is_fetched(
     assert sum(size for _, size, _ in answers) == 0
     assert {p: os.stat(dest / p).st_mtime_ns for p in stamps} == stamps  # left as they were
     assert synced["unchanged"] == FILES
-    assert synced["unchanged_by"] == {"listing": 0, "not_modified": FILES}
+    assert synced["unchanged_by"] == {"listing": 0, "not_modified": FILES, "same_body": 0}
 
     # 20 files change on the server (new bytes, a new modification time)
     rng = random.Random(7)
@@ -184,8 +231,8 @@ def test_an_unchanged_pass_moves_no_body_and_a_changed_file_is_fetched(
         os.utime(path, (now, now))
     synced, answers = run("--sync")
     assert synced["files_ok"] == FILES and synced["files_failed"] == 0
-    refetched = sorted(target for status, _, target in answers if status == 200)
-    assert len(refetched) == CHANGED, refetched
+    refetched = sorted({target for status, _, target in answers if status == 200})
+    assert len(refetched) == CHANGED, refetched  # (a streamed one: asked twice, see above)
     assert sum(1 for status, _, _ in answers if status == 304) == FILES - CHANGED
     assert _dest_files(dest) == _site_files(site)  # DEST equals a fresh download
 
@@ -193,3 +240,28 @@ def test_an_unchanged_pass_moves_no_body_and_a_changed_file_is_fetched(
     # (the sums were rewritten as one file: the validators went with them)
     synced, answers = run("--sync")
     assert {status for status, _, _ in answers} == {304}
+
+
+def test_checksum_judges_by_content_alone(nginx_site: Site, tmp_path: Path) -> None:
+    """--sync --checksum against stock nginx: asked by MD5 (which nginx's ETags never are),
+    every answer is a 200, and each body is compared with DEST's copy: all equal, none
+    rewritten. Without --sync the flag is a usage error, and nothing is written."""
+    site = nginx_site
+    dest, report = tmp_path / "dest", tmp_path / "report.json"
+    command = [sys.executable, "-m", "bulkfetch", "get", "--from-file", str(site.urls),
+               str(dest), "--workers", "1", "--report", str(report)]
+    alone = subprocess.run([*command, "--checksum"], capture_output=True, text=True,
+                           timeout=60)
+    assert alone.returncode == 2 and "--checksum" in alone.stderr and "--sync" in alone.stderr
+    assert not dest.exists()
+    assert subprocess.run(command, capture_output=True, timeout=300).returncode == 0
+    stamps = {p: os.stat(dest / p).st_mtime_ns for p in _dest_files(dest)}
+    before = len(site.answers())
+    done = subprocess.run([*command, "--sync", "--checksum"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    answers = site.answers()[before:]
+    assert {status for status, _, _ in answers} == {200} and len(answers) == FILES
+    assert json.loads(report.read_text())["unchanged_by"] == {
+        "listing": 0, "not_modified": 0, "same_body": FILES}
+    assert {p: os.stat(dest / p).st_mtime_ns for p in stamps} == stamps

@@ -182,3 +182,44 @@ def test_checksums_that_cannot_be_recorded_stop_the_run(sink: DirectorySink) -> 
     sink.write("a", b"1", md5(b"1"))
     with pytest.raises(SinkFatal, match=r"cannot record checksums in .*sums/w0-"):
         sink.end_page(PageReport(seq=0, ok=1, bytes=0))
+
+
+def test_a_whole_answer_to_a_conditional_request_equal_to_the_file_leaves_it_be(
+        sink: DirectorySink, tmp_path: Path) -> None:
+    """get --sync against a server that ignores conditional requests: a 200's body equal to
+    DEST's file leaves the file as it was (same inode and mtime) and counts; a different one,
+    or one of another length, replaces it; a symlink in the way is never read through."""
+    sink.write("same", b"bytes")
+    sink.write("d/other", b"old bytes")
+    sink.write("short", b"12345")
+    before = os.stat(sink.dest / "same")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"bytes")
+    (sink.dest / "link").symlink_to(outside)
+    for name in ("same", "d/other", "short", "link"):
+        sink.response_headers(name, [b"HTTP/1.1 200 OK\r\n"])
+    sink.write("same", b"bytes", hashlib.md5(b"bytes").hexdigest())
+    sink.write("d/other", b"new bytes")
+    sink.write("short", b"1234")
+    sink.write("link", b"bytes")
+    after = os.stat(sink.dest / "same")
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert sink.same_bodies == 1
+    assert (sink.dest / "d/other").read_bytes() == b"new bytes"
+    assert (sink.dest / "short").read_bytes() == b"1234"
+    assert not (sink.dest / "link").is_symlink() and outside.read_bytes() == b"bytes"
+    # its sums line is written again (with the validators of that answer beside it)
+    sink.end_page(PageReport(0, ok=4, bytes=0))
+    assert f"{hashlib.md5(b'bytes').hexdigest()}  same" in \
+        (sink.dest / SUMS_DIR / sink.sums_name).read_text()
+    # a later plain write of the name replaces as ever
+    sink.write("same", b"bytes")
+    assert os.stat(sink.dest / "same").st_ino != before.st_ino
+
+
+def test_validators_are_kept_beside_the_sums_lines(sink: DirectorySink) -> None:
+    sink.write("a", b"x", hashlib.md5(b"x").hexdigest())
+    sink.keep_validators("a", '"5f-1"', "Sun, 29 Nov 2026 04:00:00 GMT")
+    sink.end_page(PageReport(0, ok=1, bytes=0))
+    companion = (sink.dest / SUMS_DIR / sink.sums_name).with_suffix(".http")
+    assert companion.read_text() == '"5f-1" Sun,_29_Nov_2026_04:00:00_GMT  a\n'

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bulkfetch.config import DeleteLimit
+from bulkfetch.dest.validators import validator_lines
 from bulkfetch.errors import UsageError
 from bulkfetch.runners.sync import SyncIndex
 from bulkfetch.util.checksum_lines import sum_lines
@@ -76,6 +77,33 @@ def test_a_directory_listings_size_and_time_spare_what_did_not_change_since_stor
     keep, _ = index.plan(names, names, [-1, 2, 3, 1], None, mtimes=[stored - 3600, -1, -1, -1])
     assert keep == [0, 1, 2, 3]
     index.close()
+
+
+def test_kept_validators_ask_and_checksum_asks_by_content_alone(tmp_path: Path) -> None:
+    """A file stored with its server's ETag and Last-Modified (dest/validators.py) is asked
+    for with them; --checksum asks by MD5 alone and spares nothing by size and time."""
+    dest = dest_with(tmp_path, {"a": b"1", "b": b"22"}, [[("a", MD5_A), ("b", MD5_B)]])
+    sums = next((dest / ".bulkfetch" / "sums").iterdir())
+    date = "Sun, 29 Nov 2026 04:00:00 GMT"
+    sums.with_suffix(".http").write_bytes(validator_lines([("a", '"e-1"', date)]))
+    stamp = sums.stat().st_mtime  # (the companion is read with its sums file)
+    os.utime(sums, (stamp, stamp))
+    index = SyncIndex(dest, 0, new_pass=True)
+    stored = int(stamp)
+    names = ["a", "b"]
+    keep, headers = index.plan(names, names, None, None)
+    assert keep == [0, 1]
+    assert headers == (f'If-None-Match: "e-1"\nIf-Modified-Since: {date}',
+                       f'If-None-Match: "{MD5_B}"')
+    index.close()
+    checksum = SyncIndex(dest, 0, new_pass=True, checksum=True)
+    keep, headers = checksum.plan(names, names, [1, 2], None,
+                                  mtimes=[stored - 3600, stored - 3600])
+    assert keep == [0, 1] and checksum.unchanged == 0
+    assert headers == (f'If-None-Match: "{MD5_A}"', f'If-None-Match: "{MD5_B}"')
+    keep, _ = checksum.plan(names, names, [1, 2], [MD5_A, MD5_C])  # the listing's MD5 holds
+    assert keep == [1] and checksum.unchanged == 1
+    checksum.close()
 
 
 def test_what_the_pass_did_not_list_is_gone_and_removed_through_dir_fds(

@@ -33,6 +33,10 @@ def test_a_200s_validators_are_read_as_sent() -> None:
     assert http_validators(only_date) == ("", "Mon, 30 Nov 2026 01:02:03 GMT")
     later = [*NGINX, b'ETag: "second"\r\n']
     assert http_validators(later)[0] == '"second"'  # the last one wins
+    # a redirect's own headers are not the file's
+    chain = [b"HTTP/1.1 301 Moved\r\n", b'ETag: "hop"\r\n', b"Location: /x\r\n", b"\r\n",
+             b"HTTP/1.1 200 OK\r\n", b"Last-Modified: Mon, 30 Nov 2026 01:02:03 GMT\r\n"]
+    assert http_validators(chain) == ("", "Mon, 30 Nov 2026 01:02:03 GMT")
 
 
 @pytest.mark.parametrize("lines", [

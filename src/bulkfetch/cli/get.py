@@ -175,9 +175,16 @@ class _Get(click.Command):
 @click.option("--sync", is_flag=True,
               help="Keep a finished DEST in step with the source: list it again and fetch "
                    "only what is new or changed. A file whose listing states its size and "
-                   "MD5 (S3) is compared with them; any other is asked for with "
-                   "If-None-Match and its recorded MD5, so a server whose ETags are MD5s "
-                   "answers 304 and the file is left as it is. An interrupted sync resumes.")
+                   "MD5 (S3), or its size and time, is compared with them; any other is "
+                   "asked for with the validators its server sent (its MD5, or the "
+                   "server's ETag and Last-Modified), so an unchanged file is answered 304 "
+                   "and left as it is; one answered 200 with the same bytes is left as it "
+                   "is too. An interrupted sync resumes.")
+@click.option("--checksum", is_flag=True,
+              help="With --sync: judge a file unchanged by its content only: by the "
+                   "listing's MD5 where it states one, else by asking with the MD5 recorded "
+                   "in DEST (a server whose ETags are MD5s answers 304) and comparing any "
+                   "body that comes with DEST's copy; never by size and time alone.")
 @click.option("--delete", is_flag=True,
               help="With --sync: once the source is listed to its end, remove the files "
                    "under DEST it no longer lists (never outside DEST, never its "

@@ -162,9 +162,13 @@ def summary_table(report: Report) -> Table:
     if syncing:
         table.add_row("sync", Text(
             f"{report.unchanged:,} unchanged (not fetched again: "
-            f"{report.unchanged_listed:,} by the listing, "
-            f"{report.unchanged - report.unchanged_listed:,} answered 304) · "
-            f"{report.deleted:,} "
+            f"{report.unchanged_listed:,} by the listing, {_answered_304(report):,} "
+            "answered 304"
+            + (f", {report.unchanged_same_body:,} fetched whole and equal to DEST's copy, "
+               "left as they were" + ("" if sync.get("checksum")  # type: ignore[union-attr]
+                                      else ": the server ignores conditional requests")
+               if report.unchanged_same_body else "")
+            + f") · {report.deleted:,} "
             + ("removed as no longer listed" if sync.get("delete")  # type: ignore[union-attr]
                else "removed (no --delete)")
             + (f" · {report.changed_in_dest:,} modified in DEST since stored (fetched again)"
@@ -273,6 +277,11 @@ def print_summary(report: Report, console: Console) -> None:
     console.print(Text(message, style=style))
 
 
+def _answered_304(report: Report) -> int:
+    """get --sync: the files a 304 showed unchanged."""
+    return report.unchanged - report.unchanged_listed - report.unchanged_same_body
+
+
 def _finite(x: float, digits: int = 3) -> float | None:
     return round(x, digits) if math.isfinite(x) else None
 
@@ -333,7 +342,8 @@ def report_dict(report: Report) -> dict[str, object]:
         "requeued": report.requeued,
         "unchanged": report.unchanged,
         "unchanged_by": {"listing": report.unchanged_listed,
-                         "not_modified": report.unchanged - report.unchanged_listed},
+                         "not_modified": _answered_304(report),
+                         "same_body": report.unchanged_same_body},
         "changed_in_dest": report.changed_in_dest,
         "deleted": report.deleted,
         "workers": [dict(worker, lost=None if worker.get("lost") is None

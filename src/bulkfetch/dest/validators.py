@@ -42,7 +42,8 @@ _LONGEST = 512  # a longer ETag or date is no validator worth keeping a line per
 
 def http_validators(lines: list[bytes]) -> tuple[str, str] | None:
     """(ETag, Last-Modified) of a 200's raw header lines, "" for one not sent (the last of
-    each wins); None when neither is a usable validator."""
+    each wins, of the last response: libcurl's lines of a redirect chain hold every hop's);
+    None when neither is a usable validator."""
     etag = modified = b""
     for line in lines:
         first = line[:1]
@@ -50,6 +51,8 @@ def http_validators(lines: list[bytes]) -> tuple[str, str] | None:
             etag = line[5:].strip()
         elif first in b"Ll" and line[:14].lower() == b"last-modified:":
             modified = line[14:].strip()
+        elif first == b"H" and line.startswith(b"HTTP/"):  # another response begins
+            etag = modified = b""
     if not etag.startswith((b'"', b'W/"')) or b" " in etag or len(etag) > _LONGEST:
         etag = b""
     if b"_" in modified or len(modified) > _LONGEST:

@@ -22,6 +22,7 @@ from typing import Any
 import pycurl
 
 from bulkfetch.config import GetOptions
+from bulkfetch.dest.validators import http_validators
 from bulkfetch.engine import resume, spooling
 from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.layouts import PartLayouts
@@ -30,11 +31,12 @@ from bulkfetch.engine.pacing import BigPacing
 from bulkfetch.engine.pages import PageState
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.engine.ranged import RangedFiles
+from bulkfetch.engine.stated import stated_md5
 from bulkfetch.engine.transfers import Transfers
 from bulkfetch.models import InFlight, Page
 from bulkfetch.net.curl import attempt_failure, header_value, retry_after_seconds
 from bulkfetch.net.redirects import REDIRECT_STATUSES
-from bulkfetch.sinks.base import SinkFailure, SinkFatal
+from bulkfetch.sinks.base import KeepsValidators, SinkFailure, SinkFatal
 
 _URL = pycurl.URL
 # see nap(): a 4 ms nap while the big bodies average under 64 MB/s each, judged every 0.1 s
@@ -46,6 +48,10 @@ AUTO_SLOTS = 32  # big streams in flight under --concurrency auto (see BigFiles.
 class BigFiles:
     def __init__(self, transfers: Transfers, options: GetOptions) -> None:
         self.transfers = transfers
+        sink = transfers.sink
+        # where the sink keeps them, a streamed body's validators when its ETag is not its MD5
+        self.keep_validators = sink.keep_validators if isinstance(sink, KeepsValidators) \
+            else None
         limits = options.limits
         self.spool_above = limits.spool_above
         self.split_above = limits.split_above
@@ -347,11 +353,13 @@ class BigFiles:
             return
         # (after mismatch(): an empty body read its headers there)
         way = checked_way(body.stated) if transfers.verify and not cut_otherwise else BY_SIZE
-        self._store(transfer, body.spool, body.size, body.md5.hexdigest(), way)
+        md5 = body.md5.hexdigest()
+        self._store(transfer, body.spool, body.size, md5, way, body.lines)
 
     def _store(self, transfer: tuple[Any, ...], spool: Any, size: int, md5: str,
-               way: int) -> bool:
-        """Hand `spool` to the sink; False when the sink refused it (the file failed)."""
+               way: int, lines: list[bytes] | None = None) -> bool:
+        """Hand `spool` to the sink; False when the sink refused it (the file failed).
+        `lines`: a stream's header lines, whose validators the sink may keep."""
         state, name = transfer[0], transfer[1]
         transfers = self.transfers
         self.layouts.forget(name)
@@ -360,6 +368,10 @@ class BigFiles:
         except SinkFailure as exc:
             transfers.fail(state, name, str(exc), transfer[3], transfer[2], in_gate=False)
             return False
+        if lines and self.keep_validators is not None and stated_md5(lines) != md5:
+            validators = http_validators(lines)  # (before the page may end, just below)
+            if validators is not None:
+                self.keep_validators(name, *validators)
         transfers.checked[way] += 1
         transfers.pages.stored(state, size)
         return True

@@ -15,7 +15,7 @@ import pycurl
 
 from bulkfetch.engine.pages import PageState
 from bulkfetch.engine.transfers import Transfers
-from bulkfetch.sinks.base import ConditionalSink, SinkFailure
+from bulkfetch.sinks.base import ComparesBodies, ConditionalSink, SinkFailure
 
 # A request header with nothing after the colon is not sent (libcurl): the headers of an
 # unconditional request on a handle that may have made a conditional one.
@@ -38,7 +38,15 @@ class ConditionalPages:
         self.completed_otherwise = completed
         self.spooling = spooling
         self.not_modified = 0  # 304s to conditional requests (each counts as stored)
+        # a sink that leaves a 200's body equal to its copy as it is, to count those
+        self.compares = sink if isinstance(sink, ComparesBodies) else None
         transfers.request_headers = self.headers
+
+    @property
+    def same_bodies(self) -> int:
+        """200s to conditional requests whose body was the sink's copy (the server ignores
+        conditional requests)."""
+        return self.compares.same_bodies if self.compares is not None else 0
 
     def add(self, state: PageState, names: Sequence[str], headers: tuple[str, ...]) -> None:
         """A cache's page: its items' request headers kept by name."""

@@ -497,6 +497,7 @@ class Fetcher:
                     limit=self.window, peak_limit=self.peak_window, latency=latency,
                     latency_sum=latency_sum, hosts=hosts, host_limits=host_limits,
                     not_modified=conditional.not_modified if conditional is not None else 0,
+                    same_bodies=conditional.same_bodies if conditional is not None else 0,
                     continued_bytes=big.ranged.continued, held_ticks=self.held_ticks,
                     hedged=book.hedged, hedges_won=book.won, redialed=book.redialed,
                     requeued=self.second.requeued,

@@ -498,7 +498,8 @@ class Coordinator:
             hedges_won=sum(t.hedges_won for t in ticks),
             redialed=sum(t.redialed for t in ticks),
             requeued=sum(t.requeued for t in ticks),
-            unchanged=sum(t.not_modified for t in ticks),
+            unchanged=sum(t.not_modified + t.same_bodies for t in ticks),
+            unchanged_same_body=sum(t.same_bodies for t in ticks),
             started_at=self.started_at,
             finished_at=time.time(),
         )

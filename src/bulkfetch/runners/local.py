@@ -168,7 +168,8 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
                 # options); this pass starts from the first page, DEST's MD5s still count
                 new_pass = options.restart or journal.start_new_pass()
                 sync = SyncIndex(dest, options.sink.fanout, new_pass,
-                                 taken=listing_filter(options))
+                                 taken=listing_filter(options),
+                                 checksum=options.sync.checksum)
             except BulkfetchError as exc:
                 return _error_report(options, source, str(exc), journal)
             if options.sync.delete and not sync.covers(journal.pass_key()):

@@ -10,7 +10,11 @@ pass lists the source again from its first page and, for each listed file presen
   gave another ETag or a Last-Modified (dest/validators.py), with those: `If-None-Match:
   <its ETag>` and `If-Modified-Since: <its Last-Modified>`. An unchanged file is answered
   304 and stays as it is, same inode and mtime, on S3, stock nginx, Apache and
-  python -m http.server alike.
+  python -m http.server alike. A server that ignores conditional requests answers 200: the
+  directory sink compares that body with DEST's copy and leaves an equal one as it is;
+- with --checksum, only content counts: the listing's MD5, or a request with the MD5
+  alone (a 304 from a server whose ETags are MD5s, else a body compared as above); never
+  the listing's size and time, nor another server's ETag.
 
 A listed file missing from DEST, without a recorded MD5, or modified in DEST after its sums
 line was written (its mtime is later than its sums file's: edited by hand, so the recorded
@@ -61,13 +65,15 @@ _UNKNOWN = ("", 0, "", "")  # a path with no sums line
 
 class SyncIndex:
     def __init__(self, dest: Path, fanout: int, new_pass: bool,
-                 path: Path | None = None, taken: Callable[[str], bool] | None = None) -> None:
+                 path: Path | None = None, taken: Callable[[str], bool] | None = None,
+                 checksum: bool = False) -> None:
         """Open (or make) the index of `dest` (at `path`: a dry run's own, elsewhere);
         `new_pass`: the source is listed again from its start, so the paths listed by the
         last pass are forgotten. `taken`: the run's --include/--exclude filter; a file whose
         name it does not take is never gone (as for rsync, rclone and `aws s3 sync`)."""
         self.dest = Path(dest)
         self.fanout = fanout
+        self.checksum = checksum  # --checksum: by content only (no size and time, no ETag)
         self.taken = taken
         self.path = path or self.dest / STATE_DIR / INDEX_NAME
         self.sums_read: dict[str, int] = {}  # the sums files _load_sums() read: their sizes
@@ -160,6 +166,7 @@ class SyncIndex:
         its request's extra header lines ("" for none). Records every name as listed."""
         paths = self.record_listed(names)
         kept = self._kept(paths)
+        checksum = self.checksum
         fetch: list[int] = []
         headers: list[str] = []
         for at, path in enumerate(paths):
@@ -176,6 +183,10 @@ class SyncIndex:
             if sizes is not None and md5s is not None and md5s[at] == md5 \
                     and sizes[at] == found.st_size:
                 self.unchanged += 1  # the listing says it is the same file
+                continue
+            if checksum:
+                fetch.append(at)
+                headers.append(f'If-None-Match: "{md5}"')
                 continue
             if sizes is not None and mtimes is not None and sizes[at] == found.st_size \
                     and mtimes[at] >= 0 and (mtimes[at] + MTIME_SLACK_S) * 10**9 <= written:

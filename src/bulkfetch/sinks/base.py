@@ -127,6 +127,14 @@ class KeepsValidators(Protocol):
 
 
 @runtime_checkable
+class ComparesBodies(Protocol):
+    """A conditional sink that compares a 200's body with the copy it holds and leaves an
+    equal one as it is (a server that ignores conditional requests): how many so far."""
+
+    same_bodies: int
+
+
+@runtime_checkable
 class ConditionalSink(Protocol):
     """A sink that takes pages of conditional requests (Page.headers: get --sync, a Client's
     disk cache): it sees a 200's header lines before its body, and answers a 304 from what
