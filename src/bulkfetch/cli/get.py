@@ -177,7 +177,7 @@ class _Get(click.Command):
                    "only what is new or changed. A file whose listing states its size and "
                    "MD5 (S3), or its size and time, is compared with them; any other is "
                    "asked for with the validators its server sent (its MD5, or the "
-                   "server's ETag and Last-Modified), so an unchanged file is answered 304 "
+                   "server's ETag, or its Last-Modified), so an unchanged file is answered 304 "
                    "and left as it is; one answered 200 with the same bytes is left as it "
                    "is too. An interrupted sync resumes.")
 @click.option("--checksum", is_flag=True,

@@ -367,7 +367,7 @@ class Fetcher:
                         if reason is None and states_digest(lowered):
                             reason, way = held_body_mismatch(lines, body, digest)
                         if self.keep_validators is not None:
-                            validators = http_validators(lines)
+                            validators = http_validators(lines, lowered)
             else:
                 way = BY_SIZE
                 reason = self._short(handle, body)

@@ -7,8 +7,8 @@ pass lists the source again from its first page and, for each listed file presen
 - when the listing states its size and MD5 (S3, a single-part ETag) and both are the file's,
   it is not asked for at all;
 - else it is asked for with `If-None-Match: "<its MD5>"`, or, when the server that sent it
-  gave another ETag or a Last-Modified (dest/validators.py), with those: `If-None-Match:
-  <its ETag>` and `If-Modified-Since: <its Last-Modified>`. An unchanged file is answered
+  gave another ETag or only a Last-Modified (dest/validators.py), with that: `If-None-Match:
+  <its ETag>` or `If-Modified-Since: <its Last-Modified>`. An unchanged file is answered
   304 and stays as it is, same inode and mtime, on S3, stock nginx, Apache and
   python -m http.server alike. A server that ignores conditional requests answers 200: the
   directory sink compares that body with DEST's copy and leaves an equal one as it is;

@@ -121,7 +121,7 @@ class KeepsValidators(Protocol):
     not its MD5 (dest/validators.py)."""
 
     def keep_validators(self, name: str, etag: str, modified: str) -> None:
-        """The ETag and Last-Modified ("" when not sent) of the 200 whose body `name` was
+        """The ETag, or else the Last-Modified ("" for the other), of the 200 whose body `name` was
         just written."""
         ...
 

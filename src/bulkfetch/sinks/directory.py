@@ -167,7 +167,7 @@ class DirectorySink:
             self.sums.append((name, md5))
 
     def keep_validators(self, name: str, etag: str, modified: str) -> None:
-        """The ETag and Last-Modified of the 200 whose body `name` was just written (one
+        """The ETag or Last-Modified of the 200 whose body `name` was just written (one
         whose ETag was not its MD5), kept beside its sums line for get --sync."""
         self.validators.append((name, etag, modified))
 
