@@ -41,9 +41,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
+from bulkfetch.testing.static_nginx import ACCESS_LINE, static_site_config
 from bulkfetch.util.ports import free_port
 
-NGINX_LOG = re.compile(r"^(?P<status>\d{3}) (?P<bytes>\d+) (?P<target>\S+)$")
 HTTP_SERVER_LOG = re.compile(r'"GET (?P<target>\S+) HTTP/[\d.]+" (?P<status>\d{3}) '
                              r'(?P<bytes>\d+|-)')
 
@@ -73,31 +73,6 @@ def build_tree(root: Path, files: int) -> list[str]:
     for name in names:
         os.utime(root / name, (old, old))
     return names
-
-
-def nginx_config(home: Path, root: Path, port: int, settings: str) -> str:
-    run = home / "run"
-    run.mkdir(parents=True, exist_ok=True)
-    user = "user root;\n" if os.geteuid() == 0 else ""
-    temps = "".join(f'    {kind}_temp_path "{run / kind}";\n'
-                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    config = home / "nginx.conf"
-    config.write_text(f"""\
-{user}worker_processes 1;
-pid "{run / 'nginx.pid'}";
-error_log "{run / 'error.log'}" warn;
-events {{ worker_connections 1024; }}
-http {{
-    log_format answers '$status $body_bytes_sent $request_uri';
-    access_log "{run / 'access.log'}" answers;
-{temps}    default_type application/octet-stream;
-    server {{
-        listen 127.0.0.1:{port};
-        root "{root}";
-{settings}    }}
-}}
-""")
-    return str(config)
 
 
 def read_log(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, int, str]]:
@@ -177,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             port = free_port()
             if settings is not None:
                 home = work / f"nginx{number}"
-                running = start_nginx([], nginx_config(home, root, port, settings))
-                log_path, pattern, stop = home / "run" / "access.log", NGINX_LOG, running.stop
+                running = start_nginx([], str(static_site_config(home, root, port, settings)))
+                log_path, pattern, stop = home / "run" / "access.log", ACCESS_LINE, running.stop
             else:
                 log_path = work / "http-server.log"
                 with log_path.open("wb") as out:

@@ -22,6 +22,7 @@ from urllib.parse import quote
 import pytest
 from test_nginx_export import Nginx, _nginx_binary
 
+from bulkfetch.testing.static_nginx import ACCESS_LINE, static_site_config
 from bulkfetch.util.ports import free_port
 
 FILES, CHANGED = 2000, 20
@@ -79,32 +80,13 @@ def _nginx(tmp_path_factory: pytest.TempPathFactory, settings: str) -> Iterator[
     _nginx_binary()
     home = tmp_path_factory.mktemp("nginx")
     run, root = home / "run", home / "site"
-    run.mkdir()
     _tree(root)
     port = free_port()
-    user = "user root;\n" if os.geteuid() == 0 else ""
-    temps = "".join(f'    {kind}_temp_path "{run / kind}";\n'
-                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    (home / "nginx.conf").write_text(f"""\
-{user}worker_processes 1;
-pid "{run / 'nginx.pid'}";
-lock_file "{run / 'nginx.lock'}";
-error_log "{run / 'error.log'}" warn;
-events {{ worker_connections 1024; }}
-http {{
-    log_format answers '$status $body_bytes_sent $request_uri';
-    access_log "{run / 'access.log'}" answers;
-{temps}    default_type application/octet-stream;
-    server {{
-        listen 127.0.0.1:{port};
-        root "{root}";
-{settings}    }}
-}}
-""")
+    static_site_config(home, root, port, settings)
     server = Nginx(home / "nginx.conf", port).start()
     try:
         yield Site(root, _url_list(root, server.url, home / "urls.txt"), run / "access.log",
-                   re.compile(r"^(?P<status>\d{3}) (?P<bytes>\d+) (?P<target>\S+)$"))
+                   ACCESS_LINE)
     finally:
         server.stop()
 

@@ -182,11 +182,7 @@ class DirectorySink:
         """Whether DEST's regular file `name` holds exactly `body` (read through the same
         descriptors as a write: never through a symlink)."""
         try:
-            if self.fanout or "/" in name:
-                parts = local_parts(name, self.fanout)
-                parent, leaf = self._directory(tuple(parts[:-1])), parts[-1]
-            else:
-                parent, leaf = self.dest_fd, name
+            parent, leaf = self._place(name)
             fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
         except (OSError, SinkFailure, SinkFatal):
             return False
@@ -237,14 +233,9 @@ class DirectorySink:
 
     def _publish(self, name: str, temporary: str, source: int) -> None:
         """Rename the complete file `temporary` in the directory `source` into place as
-        `name`, or remove it. A name directly under DEST (the usual case) skips the path
-        split."""
+        `name`, or remove it."""
         try:
-            if self.fanout or "/" in name:
-                parts = local_parts(name, self.fanout)
-                parent, leaf = self._directory(tuple(parts[:-1])), parts[-1]
-            else:
-                parent, leaf = self.dest_fd, name
+            parent, leaf = self._place(name)
             os.rename(temporary, leaf, src_dir_fd=source, dst_dir_fd=parent)
         except OSError as exc:
             self._discard(temporary, source)
@@ -254,6 +245,14 @@ class DirectorySink:
         except BaseException:  # a SinkFailure for the directories on the way
             self._discard(temporary, source)
             raise
+
+    def _place(self, name: str) -> tuple[int, str]:
+        """(an fd of the directory `name` goes in, made as needed; its last component). A
+        name directly under DEST (the usual case) skips the path split."""
+        if self.fanout or "/" in name:
+            parts = local_parts(name, self.fanout)
+            return self._directory(tuple(parts[:-1])), parts[-1]
+        return self.dest_fd, name
 
     def _discard(self, temporary: str, source: int) -> None:
         with contextlib.suppress(OSError):
