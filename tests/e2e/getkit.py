@@ -167,3 +167,29 @@ def expected_body(index: int, files: int, seed: int = 0, size: str = "100") -> b
 
 def md5_etag(body: bytes) -> str:
     return '"' + hashlib.md5(body).hexdigest() + '"'
+
+
+def start_http_server(directory: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """`python -m http.server` serving `directory` on a free port of 127.0.0.1, its request
+    lines going to `log`, once it accepts connections: (the process, its port). The caller
+    terminates it."""
+    import socket
+
+    from bulkfetch.util.ports import free_port
+
+    port = free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-u", "-m", "http.server", str(port), "--bind", "127.0.0.1",
+             "--directory", str(directory)],
+            stdout=subprocess.DEVNULL, stderr=out, start_new_session=True)
+    deadline = time.monotonic() + 15
+    while True:
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"python -m http.server did not start: {log.read_text()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return process, port
+        except OSError:
+            time.sleep(0.05)

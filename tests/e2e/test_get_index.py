@@ -12,9 +12,7 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
-import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +29,7 @@ from getkit import (
     kill_after_pages,
     read_journal,
     settled_count,
+    start_http_server,
 )
 from test_nginx_export import Nginx, _nginx_binary
 
@@ -241,23 +240,9 @@ def nginx(tree: Tree, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
 def http_server(tree: Tree, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """`python -m http.server` on the directory holding the tree (and a file beside it)."""
     home = tmp_path_factory.mktemp("http_server")
-    port = free_port()
     log_path = home / "access.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "http.server", str(port), "--bind", "127.0.0.1",
-             "--directory", str(tree.root.parent)],
-            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    process, port = start_http_server(tree.root.parent, log_path)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, "python -m http.server did not start"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.05)
         yield Served(f"http://127.0.0.1:{port}/tree/", AccessLog(
             log_path, r'"GET (?P<target>\S+) HTTP/[\d.]+" (?P<status>\d{3})'))
     finally:

@@ -10,7 +10,6 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from getkit import start_http_server
 from test_nginx_export import Nginx, _nginx_binary
 
 from bulkfetch.testing.static_nginx import ACCESS_LINE, static_site_config
@@ -64,18 +64,6 @@ def _url_list(root: Path, base: str, out: Path) -> Path:
     return out
 
 
-def _wait_port(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 15
-    while True:
-        assert process.poll() is None, "the server exited"
-        assert time.monotonic() < deadline, "the server did not start"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-
-
 def _nginx(tmp_path_factory: pytest.TempPathFactory, settings: str) -> Iterator[Site]:
     _nginx_binary()
     home = tmp_path_factory.mktemp("nginx")
@@ -110,15 +98,9 @@ def http_server_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]
     home = tmp_path_factory.mktemp("http-server")
     root = home / "site"
     _tree(root)
-    port = free_port()
     log = home / "access.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "http.server", str(port), "--bind", "127.0.0.1",
-             "--directory", str(root)],
-            stdout=subprocess.DEVNULL, stderr=out, start_new_session=True)
+    process, port = start_http_server(root, log)
     try:
-        _wait_port(port, process)
         yield Site(root, _url_list(root, f"http://127.0.0.1:{port}", home / "urls.txt"), log,
                    re.compile(r'"GET (?P<target>\S+) HTTP/[\d.]+" (?P<status>\d{3}) '
                               r'(?P<bytes>\d+|-)'))

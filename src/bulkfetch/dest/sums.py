@@ -109,7 +109,8 @@ def _keep(db: sqlite3.Connection, batch: list[tuple[str, str, int]]) -> int:
 
 def rewrite(db: sqlite3.Connection, dest: Path, exclude: str | None = None) -> Path:
     """Write `db`'s `kept` (less the paths in table `exclude`) as DEST's one sums file, in
-    path order, and remove the others. It is written beside them and renamed, then the
+    path order, and its `validators` beside it (both as load_latest() filled them), and
+    remove the others. It is written beside them and renamed, then the
     older ones removed: a crash in between leaves it the newest, whose lines win. Returns
     its path; raises OSError."""
     sums = Path(dest) / SUMS_DIR
@@ -118,9 +119,9 @@ def rewrite(db: sqlite3.Connection, dest: Path, exclude: str | None = None) -> P
     where = f" WHERE path NOT IN (SELECT path FROM {exclude})" if exclude else ""
     rows = db.execute(f"SELECT path, md5 FROM kept{where} ORDER BY path")
     try:
-        # first, the validators (an orphan if a crash came now: no sums file names it)
-        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'validators'").fetchone():
-            write_companion(db, compacted, exclude)
+        # first, the validators (an orphan if a crash came now: no sums file names it);
+        # load_latest() made their table
+        write_companion(db, compacted, exclude)
         with open(temporary, "wb") as out:
             while batch := rows.fetchmany(_BATCH):
                 out.write(sum_lines([(md5, path) for path, md5 in batch]))

@@ -67,28 +67,24 @@ def http_validators(lines: list[bytes], lowered: bytes | None = None
 
 def _value(raw: bytes, lowered: bytes, name: bytes, start: int) -> bytes:
     """The value of the last header `name` ("\\nname:") at or after `start`, b"" if none."""
-    at = lowered.rfind(name, start)
+    at = lowered.rfind(name, start)  # (a header line follows the status line: "\n" first)
     if at < 0:
-        if start or not lowered.startswith(name[1:]):  # (first in the block: no "\n")
-            return b""
-        at = -1
+        return b""
     at += len(name)
     end = lowered.find(b"\n", at)
     return raw[at:end if end >= 0 else len(raw)].strip()
 
 
 def conditional_headers(md5: str, etag: str, modified: str) -> str:
-    """The request header lines ("\\n" between) asking for a file DEST holds with `md5`,
-    stored with the server's `etag` and `modified` ("" when none were kept). With no ETag
-    kept but a date, the date alone: a server must ignore If-Modified-Since beside
-    If-None-Match (RFC 9110, 13.1.3; python -m http.server does), and one that sent no ETag
-    would never match the MD5. nginx, though, answers 304 only when both say unchanged:
-    both go, and both are the server's own."""
-    if not etag and modified:
+    """The request header line asking for a file DEST holds with `md5`, stored with the
+    server's `etag` or, when it sent none, its `modified` ("" when neither was kept): a date
+    goes alone, as a server must ignore If-Modified-Since beside If-None-Match (RFC 9110,
+    13.1.3; python -m http.server does)."""
+    if etag:
+        return f"If-None-Match: {etag}"
+    if modified:
         return f"If-Modified-Since: {modified}"
-    tag = etag or f'"{md5}"'
-    return f"If-None-Match: {tag}\nIf-Modified-Since: {modified}" if modified \
-        else f"If-None-Match: {tag}"
+    return f'If-None-Match: "{md5}"'
 
 
 def validator_lines(entries: list[tuple[str, str, str]]) -> bytes:

@@ -31,7 +31,6 @@ from bulkfetch.engine.pacing import BigPacing
 from bulkfetch.engine.pages import PageState
 from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
 from bulkfetch.engine.ranged import RangedFiles
-from bulkfetch.engine.stated import stated_md5
 from bulkfetch.engine.transfers import Transfers
 from bulkfetch.models import InFlight, Page
 from bulkfetch.net.curl import attempt_failure, header_value, retry_after_seconds
@@ -353,13 +352,15 @@ class BigFiles:
             return
         # (after mismatch(): an empty body read its headers there)
         way = checked_way(body.stated) if transfers.verify and not cut_otherwise else BY_SIZE
-        md5 = body.md5.hexdigest()
-        self._store(transfer, body.spool, body.size, md5, way, body.lines)
+        # validators kept, as for a small body, when no MD5 was stated (the ETag is not one)
+        self._store(transfer, body.spool, body.size, body.md5.hexdigest(), way,
+                    None if "md5" in body.stated else body.lines)
 
     def _store(self, transfer: tuple[Any, ...], spool: Any, size: int, md5: str,
                way: int, lines: list[bytes] | None = None) -> bool:
         """Hand `spool` to the sink; False when the sink refused it (the file failed).
-        `lines`: a stream's header lines, whose validators the sink may keep."""
+        `lines`: the header lines of a stream that stated no MD5, whose validators the sink
+        may keep."""
         state, name = transfer[0], transfer[1]
         transfers = self.transfers
         self.layouts.forget(name)
@@ -368,7 +369,7 @@ class BigFiles:
         except SinkFailure as exc:
             transfers.fail(state, name, str(exc), transfer[3], transfer[2], in_gate=False)
             return False
-        if lines and self.keep_validators is not None and stated_md5(lines) != md5:
+        if lines and self.keep_validators is not None:
             validators = http_validators(lines)  # (before the page may end, just below)
             if validators is not None:
                 self.keep_validators(name, *validators)
