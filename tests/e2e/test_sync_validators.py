@@ -178,7 +178,9 @@ def test_an_unchanged_pass_moves_no_body_and_a_changed_file_is_fetched(
     # nothing changed: every file asked for once, every answer a 304 with no body
     synced, answers = run("--sync")
     assert synced["files_ok"] == FILES and synced["files_failed"] == 0
-    assert len(answers) == FILES
+    # every file asked for (a hedge or redial may ask one twice: python -m http.server's
+    # backlog of 5 drops a SYN now and then), every answer a 304
+    assert len({target for _, _, target in answers}) == FILES
     assert {status for status, _, _ in answers} == {304}, answers[:5]
     assert sum(size for _, size, _ in answers) == 0
     assert {p: os.stat(dest / p).st_mtime_ns for p in stamps} == stamps  # left as they were
