@@ -209,10 +209,16 @@ def test_kill_9_midway_then_the_rerun_asks_only_for_the_pages_not_done(tmp_path:
         kill_after_pages(first, dest, 10)  # of 30 pages
         done = read_journal(dest, "SELECT count(*) FROM pages WHERE status = 'done'")[0][0]
         before = settled_count(server)
-        proc, _ = get(source, dest, tmp_path / "r.json")
+        proc, report = get(source, dest, tmp_path / "r.json")
         asked = [r for r in server.requests()[before:] if r.target.startswith("/get/")]
     assert proc.returncode == 0, proc.stderr
-    assert len(asked) <= 2 * files - done * 1000, (len(asked), done)  # not from row 0
+    # One request per row of the pages not done, not from row 0. A second try is a request
+    # too, and the report counts each: a hedge of a straggler, a redialled connect, a retry,
+    # and a transfer requeued (already asked, not yet answered) when `-c auto` lowered the
+    # host's limit.
+    second_tries = (report["hedged"]["sent"] + report["redialed"] + report["retries"]
+                    + report["requeued"])
+    assert len(asked) <= 2 * files - done * 1000 + second_tries, (len(asked), done, second_tries)
     for row in range(2 * files):
         assert (dest / f"{row:06d}.bin").read_bytes() == data.body(row // 2), row
 
