@@ -8,6 +8,7 @@ the servers' access logs say what the crawler asked for."""
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
 import random
@@ -204,6 +205,12 @@ http {{
         }}
         location ^~ /refuse/{GONE} {{
             return 404;
+        }}
+        location /sums/ {{
+            alias "{mutable.parent / 'sums'}/";
+            autoindex on;
+            autoindex_format html;
+            autoindex_exact_size on;
         }}
         location /sync/ {{
             alias "{mutable}/";
@@ -679,3 +686,35 @@ def test_sync_fetches_only_what_was_added_or_changed_and_deletes_what_went(
                      if not target.endswith("/"))
     assert fetched == sorted(["a/file 0.dat", same_size, "c/new one.txt"])
     assert report["unchanged"] == len(files) - 3 and report["deleted"] == 1, report
+
+
+# -- 10. checksum files: a directory's own, one above naming files below, sidecars ----------------
+@pytest.mark.nginx
+def test_checksum_files_above_and_beside_check_each_file_and_a_mismatch_fails_it(
+        nginx: Served, tree: Tree, tmp_path: Path) -> None:
+    root = tree.mutable.parent / "sums"
+    rng = random.Random(48)
+    files = {rel: rng.randbytes(rng.randint(1, 5000))
+             for rel in ("x/a.bin", "x/b.bin", "x/c.bin", "x/d.bin", "y/e.bin", "y/f.bin")}
+    sha, md5 = (lambda b: hashlib.sha256(b).hexdigest()), (lambda b: hashlib.md5(b).hexdigest())
+    files["SHA256SUMS"] = (f"{sha(files['x/a.bin'])}  x/a.bin\n"  # in a directory below
+                           f"{sha(b'not b')}  ./x/b.bin\n").encode()
+    files["x/c.bin.sha256"] = f"{sha(files['x/c.bin'])}  c.bin\n".encode()  # as sha256sum
+    files["x/d.bin.md5"] = f"{md5(b'not d')}\n".encode()  # the hex alone
+    files["y/MD5SUMS"] = f"{md5(files['y/e.bin'])}  e.bin\n".encode()
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    out, dest = dest_in(tmp_path)
+    proc, report = get(nginx.url + "sums/", dest, tmp_path / "r.json")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    failed = {f["name"]: f["reason"] for f in report["failures"]}
+    assert set(failed) == {"x/b.bin", "x/d.bin"}, failed
+    assert "SHA-256 is not the one" in failed["x/b.bin"], failed
+    assert "MD5 is not the one" in failed["x/d.bin"], failed
+    good = {rel: data for rel, data in files.items() if rel not in failed}
+    assert_exactly(dest, good)  # the two that failed their checks are not stored
+    only_dest(out)
+    # a and c by SHA-256 (from above, from a sidecar), e by MD5, and by size alone f and the
+    # four checksum files
+    assert report["checked"] == {"md5": 1, "digest": 2, "size_only": 5}, report["checked"]

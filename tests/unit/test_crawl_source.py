@@ -104,6 +104,30 @@ def test_checksum_files_are_found_and_read_for_their_own_directory() -> None:
     assert src.read_sums("x/SHA256SUMS", 404, sums) == {}
 
 
+def test_a_files_sidecar_is_read_for_that_file_alone() -> None:
+    body = NGINX.replace(b'<a href="plain.dat">plain.dat</a>',
+                         b'<a href="plain.dat">plain.dat</a><a href="plain.dat.sha256">s</a>'
+                         b'<a href="plain.dat.MD5">m</a><a href="gone.sha256">g</a>')
+    src, digest = source(), "ab" * 32
+    # a sidecar counts beside its file only (gone.sha256 names no file listed here)
+    assert page(src, "x/", body=body).sums == ("x/plain.dat.sha256", "x/plain.dat.MD5")
+    assert src.read_sums("x/plain.dat.sha256", 200, f"{digest}  plain.dat\n".encode()) == {
+        "x/plain.dat": f"sha256:{digest}"}
+    assert src.read_sums("x/plain.dat.sha256", 200, f"{digest.upper()}\n".encode()) == {
+        "x/plain.dat": f"sha256:{digest}"}  # the hex alone, as some archives write it
+    assert src.read_sums("x/plain.dat.MD5", 200, f"{'0' * 32} *x/plain.dat".encode()) == {
+        "x/plain.dat": "0" * 32}
+    for wrong in (f"{digest}  other.dat\n", f"{digest[:-2]}  plain.dat\n", "", "zz" * 32):
+        assert src.read_sums("x/plain.dat.sha256", 200, wrong.encode()) == {}, wrong
+    assert src.read_sums("x/plain.dat.sha256", 404, digest.encode()) == {}
+
+
+def test_a_checksum_files_entry_climbing_out_is_dropped() -> None:
+    digest = "ab" * 32
+    sums = f"{digest}  ../y/z\n{digest}  sub/../../z\n{digest}  sub/deep\n".encode()
+    assert source().read_sums("x/SHA256SUMS", 200, sums) == {"x/sub/deep": f"sha256:{digest}"}
+
+
 @pytest.mark.parametrize("url", ["ftp://host/x/", "http:///x/", "http://h/x/?q=1",
                                  "http://h:99999/x/"])
 def test_a_url_that_cannot_be_a_directory_listing_is_the_users_mistake(url: str) -> None:

@@ -104,7 +104,7 @@ def test_a_whole_answer_unlike_the_listing_is_an_object_that_changed() -> None:
     assert unlike_listing((1, MD5_B), b"a", None) is None  # --no-verify: no MD5 taken
     assert unlike_listing((2, MD5_A), b"a", digest) == \
         "changed since it was listed: body of 1 bytes, the listing gives 2"
-    assert "ETag the listing gives" in str(unlike_listing((1, MD5_B), b"a", digest))
+    assert "MD5 is not the one the listing gives" in str(unlike_listing((1, MD5_B), b"a", digest))
 
 
 def test_a_listed_md5_pins_a_big_file_and_a_listed_size_alone_keeps_the_servers_digests(

@@ -282,3 +282,21 @@ def test_a_directorys_pages_wait_for_its_checksum_files_and_carry_their_digests(
     assert by_dir[""].sizes == (0, 0, 0)  # sent with the digests, so the engine reads them
     assert by_dir["d/"].md5s == ("", "sha256:" + "1" * 64)
     assert by_dir["e/"].md5s is None and by_dir["e/"].items == ("e/BROKEN_SUMS", "e/f")
+
+
+def test_a_checksum_file_checks_the_files_below_it_and_sha256_wins_over_md5(
+        tmp_path: Path) -> None:
+    tree = {"": (["SHA256SUMS", "MD5SUMS"], ["d", "e"]), "d/": (["c", "k"], ["deep"]),
+            "d/deep/": (["x"], []), "e/": (["MD5SUMS", "f"], [])}
+    (tmp_path / "SHA256SUMS").write_text(json.dumps(
+        {"d/c": "sha256:" + "1" * 64, "d/deep/x": "sha256:" + "2" * 64}))
+    (tmp_path / "MD5SUMS").write_text(json.dumps({"d/c": "a" * 32, "d/k": "b" * 32,
+                                                  "e/f": "c" * 32}))
+    (tmp_path / "e_MD5SUMS").write_text(json.dumps({"e/f": "d" * 32}))  # nearer: it wins
+    source = FakeTree(tmp_path, tree)
+    pages, end = drain(TreeLister(source, FAST, [], [], 0, True, ahead=64, concurrency=2))
+    assert isinstance(end, ListingFinished)
+    by_dir = {parse_token(page.token)[0]: page.page for page in pages}
+    assert by_dir["d/"].md5s == ("sha256:" + "1" * 64, "b" * 32)
+    assert by_dir["d/deep/"].md5s == ("sha256:" + "2" * 64,)
+    assert by_dir["e/"].md5s == ("", "d" * 32)

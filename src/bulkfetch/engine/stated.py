@@ -29,7 +29,7 @@ def unlike_listing(listed: tuple[int, str], body: bytes, digest: str | None) -> 
             if hashlib.sha256(body).hexdigest() == md5[len(SHA256):]:
                 return None
             return "changed since it was listed: its SHA-256 is not the one the listing gives"
-        return "changed since it was listed: its MD5 is not the ETag the listing gives"
+        return "changed since it was listed: its MD5 is not the one the listing gives"
     return None
 
 

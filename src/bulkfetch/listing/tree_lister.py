@@ -83,6 +83,14 @@ def resume_plan(journaled: Sequence[tuple[str, str | None]]
     return waiting, unfinished
 
 
+def _merge(digests: dict[str, str], more: dict[str, str]) -> None:
+    """`more` into `digests`: a SHA-256 ("sha256:...") is kept over an MD5 for one file,
+    whichever checksum file came first."""
+    for item, digest in more.items():
+        if digest.startswith("sha256:") or not digests.get(item, "").startswith("sha256:"):
+            digests[item] = digest
+
+
 class TreeLister(ListerThread):
     def __init__(self, source: TreeSource, policy: RetryPolicy,
                  replay: list[tuple[int, str | None, str | None]],
@@ -105,6 +113,9 @@ class TreeLister(ListerThread):
         self.concurrency = self.gets.concurrency
         self.stack: list[str] = []  # directories to list, the next one last
         self.busy = 0  # directories asked for and not answered (retries on a timer too)
+        # Digests a checksum file gave for files in directories below its own ("sub/x" in
+        # SHA256SUMS), taken when those are listed (a stronger digest wins: _merge)
+        self.below: dict[str, str] = {}
 
     def _ended(self) -> None:
         self.gets.close()
@@ -169,18 +180,25 @@ class TreeLister(ListerThread):
         report counts those files as checked by size), and never stops the crawl."""
         job = request.job
         if answer.error is None:
-            job.digests.update(self.source.read_sums(request.item, answer.status, answer.body))
+            _merge(job.digests, self.source.read_sums(request.item, answer.status, answer.body))
         job.sums_waiting -= 1
         if job.sums_waiting:
             return True
         assert job.found is not None
         found, digests = job.found, job.digests
         job.found, job.digests = None, {}
+        own = set(found.files)
+        _merge(self.below, {item: digest for item, digest in digests.items()
+                            if item not in own and item.startswith(job.path)})
         return self._send_pages(job, replace(found, digests=tuple(
             digests.get(item, "") for item in found.files)))
 
     def _send_pages(self, job: _Job, found: DirPage) -> bool:
         """Send directory `job.path`'s pages: what the job is for (see _Job)."""
+        if self.below:  # a checksum file above named some of these files
+            found = replace(found, digests=tuple(
+                (found.digests[i] if found.digests and found.digests[i] else "")
+                or self.below.pop(item, "") for i, item in enumerate(found.files)))
         pages = pages_of(job.path, found, self.key_of)
         for seq, text, _ in job.replays:
             part = parse_token(text)[1]

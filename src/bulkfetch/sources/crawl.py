@@ -39,7 +39,7 @@ from bulkfetch.sources.tree import (
     pages_of,
     parse_token,
 )
-from bulkfetch.util.checksum_lines import ChecksumReader
+from bulkfetch.util.checksum_lines import HEX_LENGTHS, ChecksumReader
 from bulkfetch.util.globs import key_filter
 from bulkfetch.util.names import all_plain
 
@@ -47,6 +47,9 @@ from bulkfetch.util.names import all_plain
 # lower case), and the digest each gives
 SUM_FILES = {"sha256sums": "sha256", "sha256sums.txt": "sha256", "md5sums": "md5",
              "md5sums.txt": "md5"}
+# A file's own checksum beside it ("x.tar.sha256" for "x.tar"), by its suffix in lower case
+SIDECARS = {".sha256": "sha256", ".sha256sum": "sha256", ".md5": "md5", ".md5sum": "md5"}
+_HEX = frozenset("0123456789abcdef")
 PROBE_TIMEOUT_S = 10.0  # the most a URL's first answer is waited for when guessing its kind
 _LISTING_TYPES = re.compile(r"text/html|application/xhtml|application/json|text/xml|"
                             r"application/xml")
@@ -157,9 +160,8 @@ class IndexSource:
                 estimated += entry.size is not None
         below = limit is None or depth(path) < limit
         dirs = tuple(path + entry.name + "/" for entry in listing.dirs) if below else ()
-        sums = tuple(path + entry.name for entry in listing.files
-                     if entry.name.lower() in SUM_FILES)
-        return DirPage(tuple(files), tuple(sizes), dirs, estimated, tuple(mtimes), sums)
+        return DirPage(tuple(files), tuple(sizes), dirs, estimated, tuple(mtimes),
+                       _checksum_files(path, files))
 
     def file_url(self, item: str) -> str:
         return self.resolve(item)[1]
@@ -168,12 +170,14 @@ class IndexSource:
         if status != 200:
             return {}
         directory, _, name = item.rpartition("/")
-        algorithm = SUM_FILES[name.lower()]
         prefix = directory + "/" if directory else ""
+        if name.lower() not in SUM_FILES:
+            return _read_sidecar(item, body)
+        algorithm = SUM_FILES[name.lower()]
         reader = ChecksumReader(io.BytesIO(body), algorithm)
         mark = "sha256:" if algorithm == "sha256" else ""
         return {prefix + entry.path.removeprefix("./"): mark + entry.expected
-                for entry in reader}
+                for entry in reader if ".." not in entry.path.split("/")}
 
     def list_page(self, token: str | None) -> ListedPage:
         """One page as a journaled token names it (listing/tree_lister.py lists the tree
@@ -191,6 +195,38 @@ class IndexSource:
         found = handle.getinfo(pycurl.EFFECTIVE_URL) or url
         pages = pages_of(path, self.dir_page(path, status, headers, body, found))
         return pages[part][1] if part < len(pages) else ListedPage((), LATER_PART)
+
+
+def _checksum_files(path: str, files: Sequence[str]) -> tuple[str, ...]:
+    """The checksum files among a directory's `files` (items): SHA256SUMS and the like, and
+    sidecars ("x.sha256") of a file listed beside them."""
+    names = {item[len(path):] for item in files}
+    found = []
+    for item in files:
+        name = item[len(path):]
+        stem, dot, suffix = name.rpartition(".")
+        if name.lower() in SUM_FILES or (
+                dot and "." + suffix.lower() in SIDECARS and stem in names):
+            found.append(item)
+    return tuple(found)
+
+
+def _read_sidecar(item: str, body: bytes) -> dict[str, str]:
+    """{file: digest} from sidecar `item` ("dir/x.tar.sha256" checks "dir/x.tar"): its first
+    line's hex, alone or followed by a name that must be the file's own (`sha256sum x.tar >
+    x.tar.sha256` writes it so); {} for anything else."""
+    target, _, suffix = item.rpartition(".")
+    algorithm = SIDECARS["." + suffix.lower()]
+    words = body.split(b"\n", 1)[0].split(None, 1)
+    if not words:
+        return {}
+    digest = words[0].decode("ascii", "replace").lower()
+    named = words[1].strip().lstrip(b"*").decode("utf-8", "replace") if len(words) > 1 \
+        else ""
+    if len(digest) != HEX_LENGTHS[algorithm] or not all(c in _HEX for c in digest) or (
+            named and named.rpartition("/")[2] != target.rpartition("/")[2]):
+        return {}
+    return {target: ("sha256:" if algorithm == "sha256" else "") + digest}
 
 
 def answers_a_listing(url: str, timeouts: Timeouts, tls: TlsOptions) -> str | None:
