@@ -162,15 +162,15 @@ def build_options(
         "next_param": next_param, "page_param": page_param, "limit_param": limit_param,
         "page_size": page_size, "first_page": first_page,
         "allow_cross_host_pages": allow_cross_host_pages}
-    json_api = api_file is not None or bool(headers) or header_file is not None or \
-        bearer_env is not None or netrc or any(v is not None for v in shape_flags.values())
-    crawl = _crawl(str(source), from_file, api, json_api, max_depth, include, exclude,
-                   list_concurrency, timeouts, tls)
+    json_shape = api_file is not None or any(v is not None for v in shape_flags.values())
+    auth = _auth(source, from_file, headers, header_file, bearer_env, netrc)
+    crawl = _crawl(str(source), from_file, api, json_shape, auth, max_depth, include,
+                   exclude, list_concurrency, timeouts, tls)
     if crawl is not None:  # its filters are the crawl's; the JSON shape is none
         api, include, exclude, list_concurrency = None, (), (), None
-    shape, api_shape, auth = _listing(
-        source, from_file, api, api_file, headers, header_file, bearer_env, netrc,
-        shape_flags)
+        shape, api_shape = SourceShape(), None
+    else:
+        shape, api_shape = _listing(source, from_file, api, api_file, auth, shape_flags)
     return GetOptions(
         source=str(source),
         dest=os.fspath(dest),
@@ -204,27 +204,27 @@ def build_options(
     )
 
 
-def _crawl(source: str, from_file: bool, api: str | None, json_api: bool,
-           max_depth: int | None,
+def _crawl(source: str, from_file: bool, api: str | None, json_shape: bool,
+           auth: RequestAuth, max_depth: int | None,
            include: Sequence[str], exclude: Sequence[str], list_concurrency: int | None,
            timeouts: Timeouts, tls: TlsOptions) -> CrawlOptions | None:
     """A web server's directory tree to crawl: `api="index"`, or (with no listing API's
-    flag given) a URL ending in '/' whose answer is a directory listing; else None."""
+    flag given) a URL ending in '/' whose answer is a directory listing, asked for with the
+    request headers given; else None."""
     given = api == "index"
     is_url = not from_file and source.lower().startswith(("http://", "https://"))
     if given and not is_url:
         raise UsageError(f"--api index crawls a web server's directory listing at an "
                          f"http(s):// URL; {source!r} is not one")
-    if given and json_api:
+    if given and json_shape:
         raise UsageError("--api index reads a web server's directory listings: a JSON "
-                         "listing's flags (--api-file, --items, --next ...) and request "
-                         "headers (--header, --header-file, --bearer-env, --netrc) do not "
-                         "apply to it")
+                         "listing's flags (--api-file, --items, --next ...) do not apply "
+                         "to it")
     if not given:
         from bulkfetch.sources.crawl import answers_a_listing
 
-        if not (is_url and api is None and not json_api and source.endswith("/")
-                and answers_a_listing(source, timeouts, tls)):
+        if not (is_url and api is None and not json_shape and source.endswith("/")
+                and answers_a_listing(source, timeouts, tls, auth)):
             if max_depth is not None:
                 raise UsageError(f"--max-depth applies to a web server's directory "
                                  f"listing (--api index, or a URL ending in '/' that answers "
@@ -235,31 +235,42 @@ def _crawl(source: str, from_file: bool, api: str | None, json_api: bool,
                         else list_concurrency)
 
 
-def _listing(source: str, from_file: bool, api: str | None,
-             api_file: str | os.PathLike[str] | None, headers: Sequence[str],
-             header_file: str | os.PathLike[str] | None, bearer_env: str | None, netrc: bool,
-             given: dict[str, object]) -> tuple[SourceShape, ApiShape | None, RequestAuth]:
-    """The listing's shape and the requests' headers. Only the shape flags the caller gave
-    (not None) override the preset; nothing is loaded for the seed API's default run."""
-    asked = {key: value for key, value in given.items() if value is not None}
-    wants_auth = bool(headers) or header_file is not None or bearer_env is not None or netrc
-    if not asked and api is None and api_file is None and not wants_auth:
-        return SourceShape(), None, RequestAuth()
-    legacy = {"list_path", "names_key", "next_key", "marker_param", "get_template"}
+def _auth(source: str | os.PathLike[str], from_file: bool, headers: Sequence[str],
+          header_file: str | os.PathLike[str] | None, bearer_env: str | None,
+          netrc: bool) -> RequestAuth:
+    """The requests' headers and --netrc: for a listing API's URL or a directory tree."""
+    if not headers and header_file is None and bearer_env is None and not netrc:
+        return RequestAuth()
     if from_file or str(source).startswith("s3://"):
-        if asked.keys() <= legacy and api is None and api_file is None and not wants_auth:
-            return SourceShape(**asked), None, RequestAuth()  # type: ignore[arg-type]
-        raise UsageError("--api, --api-file, the listing's shape flags (--items, --next ...) "
-                         "and --header, --header-file, --bearer-env, --netrc apply to a JSON "
-                         f"listing API's URL; {str(source)!r} is not one")
-    from bulkfetch.sources.apis import resolve_shape
+        raise UsageError("--header, --header-file, --bearer-env and --netrc apply to a "
+                         "listing API's or a directory tree's URL; "
+                         f"{str(source)!r} is not one")
     from bulkfetch.sources.headers import build_auth
 
-    auth = build_auth(headers, os.fspath(header_file) if header_file is not None else None,
+    return build_auth(headers, os.fspath(header_file) if header_file is not None else None,
                       bearer_env, netrc)
-    shape, api_shape = resolve_shape(api, os.fspath(api_file) if api_file else None, asked,
-                                     generic=bool(auth.headers))
-    return shape, api_shape, auth
+
+
+def _listing(source: str, from_file: bool, api: str | None,
+             api_file: str | os.PathLike[str] | None, auth: RequestAuth,
+             given: dict[str, object]) -> tuple[SourceShape, ApiShape | None]:
+    """The listing's shape. Only the shape flags the caller gave (not None) override the
+    preset; nothing is loaded for the seed API's default run."""
+    asked = {key: value for key, value in given.items() if value is not None}
+    wants_auth = auth != RequestAuth()
+    if not asked and api is None and api_file is None and not wants_auth:
+        return SourceShape(), None
+    legacy = {"list_path", "names_key", "next_key", "marker_param", "get_template"}
+    if from_file or str(source).startswith("s3://"):
+        if asked.keys() <= legacy and api is None and api_file is None:
+            return SourceShape(**asked), None  # type: ignore[arg-type]
+        raise UsageError("--api, --api-file and the listing's shape flags (--items, --next "
+                         f"...) apply to a JSON listing API's URL; {str(source)!r} is not "
+                         "one")
+    from bulkfetch.sources.apis import resolve_shape
+
+    return resolve_shape(api, os.fspath(api_file) if api_file else None, asked,
+                         generic=bool(auth.headers))
 
 
 def _sync_options(sync: bool, delete: bool, dry_run: bool, max_delete: int | str | None,

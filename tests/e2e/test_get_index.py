@@ -48,7 +48,9 @@ ODD_FILES = ("with space.txt", "100%.bin", "a&b.txt", "c+d.txt", "hash#tag.txt",
 ODD_DIRS = ("dir with space", "per%cent", "amp&dir", "plus+dir", "hash#dir", "ümlaut-é",
             "日本", 'quote"dir')
 DEEP = "deep/l1/l2/l3/l4/l5/l6/l7/l8/l9"  # ten levels below the top
+KEYED = {"a.txt": b"first\n", "sub/b.bin": bytes(range(256)) * 9, "away.bin": b"moved\n"}
 FORBIDDEN, GONE = "data/d03/", "deep/l1/l2/"  # nginx's /refuse/ answers 403 and 404 there
+API_KEY = "k3y-0f-the-archive"  # what nginx's /keyed/ wants in X-Api-Key
 SLOW_RATE = "120r/s"  # nginx's /slow/ answers no more requests a second than this
 
 
@@ -113,6 +115,10 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
     dirs = _dirs_of(files, root)
     assert len(files) > 300 and len(dirs) > 20 and max(f.count("/") for f in files) >= 10
     (site / "mutable").mkdir()
+    for rel, data in KEYED.items():
+        for place in ("keyed", "elsewhere") if rel == "away.bin" else ("keyed",):
+            (site / place / rel).parent.mkdir(parents=True, exist_ok=True)
+            (site / place / rel).write_bytes(data)
     return Tree(root, files, dirs, site / "mutable")
 
 
@@ -157,7 +163,7 @@ class Served:
     log: AccessLog
 
 
-def _nginx_conf(home: Path, root: Path, port: int, mutable: Path) -> str:
+def _nginx_conf(home: Path, root: Path, port: int, mutable: Path, elsewhere: int) -> str:
     run = home / "run"
     user = "user root;\n" if os.geteuid() == 0 else ""  # root's tmp dirs are often mode 0700
     temps = "".join(f'    {kind}_temp_path "{run / kind}";\n'
@@ -172,6 +178,7 @@ events {{
 }}
 http {{
     log_format targets '$msec $status $request_method $request_uri $body_bytes_sent';
+    log_format keys '$request_uri key=$http_x_api_key';
     access_log "{run / 'access.log'}" targets;
     limit_req_zone $binary_remote_addr zone=slow:1m rate={SLOW_RATE};
 {temps}    types {{}}
@@ -206,6 +213,18 @@ http {{
         location ^~ /refuse/{GONE} {{
             return 404;
         }}
+        location /keyed/ {{  # a tree behind an API key; away.bin redirects elsewhere
+            alias "{mutable.parent / 'keyed'}/";
+            autoindex on;
+            autoindex_format html;
+            autoindex_exact_size on;
+            if ($http_x_api_key != "{API_KEY}") {{
+                return 401;
+            }}
+        }}
+        location = /keyed/away.bin {{
+            return 302 http://127.0.0.1:{elsewhere}/away.bin;
+        }}
         location /sums/ {{
             alias "{mutable.parent / 'sums'}/";
             autoindex on;
@@ -217,6 +236,13 @@ http {{
             autoindex on;
             autoindex_format html;
             autoindex_exact_size on;
+        }}
+    }}
+    server {{  # another host, as far as credentials go: it logs the key it was sent
+        listen 127.0.0.1:{elsewhere};
+        access_log "{run / 'elsewhere.log'}" keys;
+        location / {{
+            root "{mutable.parent / 'elsewhere'}";
         }}
     }}
 }}
@@ -233,7 +259,7 @@ def nginx(tree: Tree, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
     (home / "run").mkdir()
     port = free_port()
     config = home / "nginx.conf"
-    config.write_text(_nginx_conf(home, tree.root, port, tree.mutable))
+    config.write_text(_nginx_conf(home, tree.root, port, tree.mutable, free_port()))
     server = Nginx(config, port).start()
     try:
         yield Served(server.url + "/", AccessLog(
@@ -718,3 +744,28 @@ def test_checksum_files_above_and_beside_check_each_file_and_a_mismatch_fails_it
     # a and c by SHA-256 (from above, from a sidecar), e by MD5, and by size alone f and the
     # four checksum files
     assert report["checked"] == {"md5": 1, "digest": 2, "size_only": 5}, report["checked"]
+
+
+# -- 11. a tree behind request headers -------------------------------------------------------------
+@pytest.mark.nginx
+@pytest.mark.parametrize("as_index", [True, False], ids=["--api index", "found by its answer"])
+def test_request_headers_open_a_tree_and_never_follow_a_redirect_elsewhere(
+        nginx: Served, tree: Tree, tmp_path: Path, as_index: bool) -> None:
+    url = nginx.url + "keyed/"
+    out, dest = dest_in(tmp_path)
+    flags = ["--api", "index"] if as_index else []
+    refused = subprocess.run(command(url, dest, *flags), capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    assert "credentials" in refused.stderr and not dest.exists()
+    proc, report = get(url, dest, tmp_path / "r.json", *flags, "--header",
+                       f"X-Api-Key: {API_KEY}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["files_ok"] == len(KEYED)
+    assert_exactly(dest, KEYED)  # away.bin too, from the other host, by the engine's hop
+    only_dest(out)
+    assert API_KEY not in proc.stderr + proc.stdout + (tmp_path / "r.json").read_text()
+    if not as_index:
+        assert NOTICE.format(url=url).split(":")[0] in proc.stderr
+    sent = (Path(nginx.log.path).parent / "elsewhere.log").read_text().splitlines()
+    assert sent and all(line.endswith("key=-") for line in sent), sent  # never the key

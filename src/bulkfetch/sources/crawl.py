@@ -18,7 +18,13 @@ from urllib.parse import quote, urlsplit
 
 import pycurl
 
-from bulkfetch.config import DEFAULT_MAX_PAGE_SIZE, CrawlOptions, Timeouts, TlsOptions
+from bulkfetch.config import (
+    DEFAULT_MAX_PAGE_SIZE,
+    CrawlOptions,
+    RequestAuth,
+    Timeouts,
+    TlsOptions,
+)
 from bulkfetch.errors import UsageError
 from bulkfetch.net.curl import (
     header_value,
@@ -29,6 +35,7 @@ from bulkfetch.net.curl import (
 from bulkfetch.sources.abilities import Abilities
 from bulkfetch.sources.autoindex import ListingFormatError, parse_listing
 from bulkfetch.sources.fileserver import CREDENTIALS_NEEDED, not_http, redact
+from bulkfetch.sources.headers import HostHeaders
 from bulkfetch.sources.list_handle import ListHandle
 from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
 from bulkfetch.sources.tree import (
@@ -71,22 +78,43 @@ def directory_url(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
+def _auth_options(auth: RequestAuth) -> list[tuple[int, object]]:
+    """What every handle of a crawl with `auth` carries. With request headers libcurl follows
+    no redirect (it would carry X-Api-Key to another host); the engine follows a file's, each
+    hop with its own host's headers. --netrc: libcurl sends a host's entry to it alone."""
+    options: list[tuple[int, object]] = []
+    if auth.headers:
+        options.append((pycurl.FOLLOWLOCATION, 0))
+    if auth.netrc:
+        options.append((pycurl.NETRC, pycurl.NETRC_OPTIONAL))
+    return options
+
+
 class IndexSource:
     def __init__(self, url: str, crawl: CrawlOptions, timeouts: Timeouts,
-                 max_page_size: int, tls: TlsOptions | None = None) -> None:
+                 max_page_size: int, tls: TlsOptions | None = None,
+                 auth: RequestAuth | None = None) -> None:
         self.top = directory_url(url)
         self.crawl = crawl
         self.max_page_size = max_page_size
         self.tls = tls or TlsOptions()
         self.taken = key_filter(crawl.include, crawl.exclude)
         self._url_format = self.top.replace("%", "%%") + "%s"
-        self.lists = ListHandle(timeouts, self.tls, max_page_size)
+        auth = auth or RequestAuth()
+        # Every listing and file is under the top URL: its origin alone gets the headers.
+        self.headers = HostHeaders(auth, (self.top,)) if auth.headers else None
+        self.curl_options = tuple(_auth_options(auth))
+        lines = [(pycurl.HTTPHEADER, self.headers(self.top))] if self.headers else []
+        self.lists = ListHandle(timeouts, self.tls, max_page_size,
+                                [*self.curl_options, *lines])
 
     def describe(self) -> str:
         return f"{redact(self.top)} (directory listings)"
 
     def abilities(self) -> Abilities:
-        return Abilities(tree=self)
+        return Abilities(tree=self, curl_options=self.curl_options,
+                         request_headers=self.headers,
+                         follows_redirects=self.headers is not None)
 
     def max_depth(self) -> int | None:
         return self.crawl.max_depth
@@ -127,6 +155,11 @@ class IndexSource:
             raise ListingError(f"{where}: {status} — " + (CREDENTIALS_NEEDED if top else
                                                          "the server refuses to list it"),
                                retryable=False, usage=top)
+        if 300 <= status < 400 and self.headers is not None:
+            raise ListingError(f"{where}: HTTP {status}, moved to "
+                               f"{redact(header_value(headers, b'location') or '?')}; with "
+                               "request headers a listing's redirect is not followed (give "
+                               "the URL it names)", retryable=False, usage=top)
         if status != 200:
             retry_after = retry_after_seconds(header_value(headers, b"retry-after"))
             raise ListingError(f"{where}: HTTP {status}", retryable_status(status), retry_after)
@@ -229,14 +262,20 @@ def _read_sidecar(item: str, body: bytes) -> dict[str, str]:
     return {target: ("sha256:" if algorithm == "sha256" else "") + digest}
 
 
-def answers_a_listing(url: str, timeouts: Timeouts, tls: TlsOptions) -> str | None:
+def answers_a_listing(url: str, timeouts: Timeouts, tls: TlsOptions,
+                      auth: RequestAuth | None = None) -> str | None:
     """The kind of directory listing `url` answers ("html", "nginx-json" ...: a page with at
-    least one entry), or None: anything else, or no answer within PROBE_TIMEOUT_S."""
+    least one entry), asked with `auth`'s headers, or None: anything else, or no answer
+    within PROBE_TIMEOUT_S."""
     try:
         top = directory_url(url)
     except UsageError:
         return None
-    handle = ListHandle(timeouts, tls, DEFAULT_MAX_PAGE_SIZE).new()
+    auth = auth or RequestAuth()
+    lines = [(pycurl.HTTPHEADER, [f"{name}: {value}" for name, value in auth.headers])] \
+        if auth.headers else []
+    handle = ListHandle(timeouts, tls, DEFAULT_MAX_PAGE_SIZE,
+                        [*_auth_options(auth), *lines]).new()
     handle.setopt(pycurl.TIMEOUT_MS, int(min(PROBE_TIMEOUT_S, timeouts.total_s or
                                              PROBE_TIMEOUT_S) * 1000))
     try:

@@ -101,7 +101,7 @@ def _open_index(options: GetOptions, listing: bool) -> Source:
 
     assert options.crawl is not None
     return IndexSource(options.source, options.crawl, options.timeouts,
-                       options.limits.max_page_size, options.tls)
+                       options.limits.max_page_size, options.tls, options.auth)
 
 
 def _open_json_api(options: GetOptions, listing: bool) -> Source:
