@@ -138,6 +138,8 @@ def mutants_of(module: str, text: str) -> list[Mutant]:
         start, end = span(node)
         found.append(Mutant(module, node.lineno, start, end, replacement, what))  # type: ignore[attr-defined]
 
+    keywords = {id(kw.value): f"{kw.arg}=" for kw in ast.walk(tree)
+                if isinstance(kw, ast.keyword) and kw.arg}  # names a constant's mutant
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             for i, op in enumerate(node.ops):
@@ -162,9 +164,11 @@ def mutants_of(module: str, text: str) -> list[Mutant]:
         elif isinstance(node, ast.Raise):
             add(node, "pass", f"raise -> pass: {ast.unparse(node)[:60]}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
-            add(node, str(not node.value), f"constant: {node.value} -> {not node.value}")
+            add(node, str(not node.value),
+                f"constant: {keywords.get(id(node), '')}{node.value} -> {not node.value}")
         elif (isinstance(node, ast.Constant) and type(node.value) is int):
-            add(node, str(node.value + 1), f"constant: {node.value} -> {node.value + 1}")
+            add(node, str(node.value + 1),
+                f"constant: {keywords.get(id(node), '')}{node.value} -> {node.value + 1}")
     found.sort(key=lambda m: (m.start, m.end, m.what))
     return found
 

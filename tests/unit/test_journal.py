@@ -620,3 +620,36 @@ def test_a_file_in_the_way_of_dest_is_the_users_to_fix(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     with pytest.raises(DestNotWritable, match="Not a directory"):
         Journal.open(tmp_path / "afile" / "d", FP)
+
+
+def test_a_journal_whose_run_record_is_gone_is_called_damaged(tmp_path: Path) -> None:
+    with Journal.open(tmp_path, FP):
+        pass
+    db = sqlite3.connect(db_path(tmp_path))
+    db.execute("DELETE FROM run")
+    db.commit()
+    db.close()
+    with pytest.raises(JournalCorrupt, match="no run record"):
+        Journal.open(tmp_path, FP)
+
+
+def test_a_lock_that_cannot_be_opened_is_a_journal_error_naming_the_state(
+        tmp_path: Path) -> None:
+    from bulkfetch.errors import JournalIOError
+
+    state = tmp_path / ".bulkfetch"
+    state.mkdir()
+    (state / "lock").symlink_to(tmp_path / "elsewhere")  # never followed (O_NOFOLLOW)
+    with pytest.raises(JournalIOError, match="cannot create the journal in"):
+        Journal.open(tmp_path, FP)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_page_tokens_and_the_pass_key_read_back_what_was_journaled(tmp_path: Path) -> None:
+    with Journal.open(tmp_path, FP) as j:
+        assert j.pass_key() is None  # no page listed yet
+        j.add_page(0, None, "t1", 10)
+        j.add_page(1, "t1", None, 10)  # the last page: no next token
+        key = j.pass_key()
+        assert isinstance(key, float) and abs(key - time.time()) < 60
+        assert sorted(j.page_tokens(), key=str) == sorted([("", "t1"), ("t1", None)], key=str)

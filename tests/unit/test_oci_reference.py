@@ -62,3 +62,21 @@ def test_digests_are_checked_before_they_become_paths() -> None:
             parse_digest(bad)
     with pytest.raises(ValueError, match="algorithm 'blake3'"):
         parse_digest("blake3:" + HEX)
+
+
+def test_a_reference_prints_as_docker_writes_it() -> None:
+    pinned = "127.0.0.1:5000/team/app:v2@sha256:" + HEX
+    assert str(parse_reference(pinned)) == pinned
+    assert str(parse_reference("127.0.0.1:5000/team/app@sha256:" + HEX)) == \
+        "127.0.0.1:5000/team/app@sha256:" + HEX
+    assert str(parse_reference("127.0.0.1:5000/team/app")) == "127.0.0.1:5000/team/app:latest"
+
+
+def test_references_and_digests_are_values_that_cannot_change() -> None:
+    ref = parse_reference("127.0.0.1:5000/team/app@sha256:" + HEX)
+    assert {ref.digest: 1}[parse_digest("sha256:" + HEX)] == 1  # hashable, equal by value
+    assert len({ref, parse_reference("127.0.0.1:5000/team/app@sha256:" + HEX)}) == 1
+    with pytest.raises(AttributeError):
+        ref.tag = "other"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        ref.digest.hex = "b" * 64  # type: ignore[misc,union-attr]

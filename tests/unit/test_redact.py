@@ -115,3 +115,23 @@ def test_a_secret_of_exactly_the_shortest_length_is_masked_and_a_shorter_one_is_
     # a longer secret holding a shorter one is masked whole, not around the shorter
     redact.register_secret(shortest + "-longer")
     assert redact_text(f"x {shortest}-longer y") == f"x {MASK} y"
+
+
+def test_terminal_text_is_cut_at_its_limit_and_says_how_long_it_was() -> None:
+    from bulkfetch.util.redact import TEXT_LIMIT, USAGE_TEXT_LIMIT, safe_name, safe_text
+
+    exact = "x" * TEXT_LIMIT
+    assert safe_text(exact) == exact and safe_name(exact) == exact  # nothing cut, no note
+    long = "y" * 1000
+    assert safe_text(long) == "y" * 200 + "… (1,000 characters)"
+    assert safe_text(long, USAGE_TEXT_LIMIT) == "y" * 600 + "… (1,000 characters)"
+    assert safe_name(long) == "y" * 200 + "… (1,000 characters)"
+
+
+def test_a_name_is_quoted_when_it_holds_an_escape_or_a_backslash_and_never_otherwise() -> None:
+    from bulkfetch.util.redact import safe_name, safe_text
+
+    assert safe_name("plain name.txt") == "plain name.txt"
+    assert safe_name("bell\x07.txt") == "'bell\\x07.txt'"
+    assert safe_name("reads \\x1b") == "'reads \\\\x1b'"  # cannot pass for an escaped ESC
+    assert safe_text("bell\x07 here") == "bell\\x07 here"  # text: escaped in place

@@ -105,3 +105,12 @@ def test_a_sums_file_that_cannot_be_read_leaves_the_table_as_it_was(
     with pytest.raises(OSError, match="Input/output"):
         load_latest(db, tmp_path)
     assert dict(db.execute("SELECT path, md5 FROM kept").fetchall()) == {"x": A}
+
+
+def test_has_sums_is_true_only_for_a_sums_file(tmp_path: Path) -> None:
+    assert sums.has_sums(tmp_path) is False  # no .bulkfetch/sums at all
+    (tmp_path / SUMS_DIR).mkdir(parents=True)
+    (tmp_path / SUMS_DIR / "notes.txt").write_text("")
+    assert sums.has_sums(tmp_path) is False  # the directory, but no sums file in it
+    (tmp_path / SUMS_DIR / "0001.md5").write_text("")
+    assert sums.has_sums(tmp_path) is True

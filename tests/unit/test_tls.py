@@ -201,3 +201,13 @@ def test_a_workers_fatal_message_says_whether_the_user_must_act(
         journal.close()
     assert report.error == message[1]
     assert report.exit_code == code
+
+
+def test_a_directory_that_cannot_be_read_is_refused(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from bulkfetch.net import tls
+
+    # (root reads any directory, so its answer is what the check is told)
+    monkeypatch.setattr(tls.os, "access", lambda path, mode: False)
+    with pytest.raises(UsageError, match="a directory that cannot be read"):
+        tls.check_bundle(str(tmp_path), "--ca-bundle")
