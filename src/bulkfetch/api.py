@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from bulkfetch.config import (
     DEFAULT_MAX_PAGE_SIZE,
+    LEASE_S,
     SHARD_FILES,
     SHARD_SIZE,
     ApiShape,
@@ -121,6 +122,7 @@ def build_options(
     metrics: str | None = None,
     runner: str = "local",
     ray_address: str | None = None,
+    lease: float | None = None,
 ) -> GetOptions:
     """Validated, frozen options; raises bulkfetch.UsageError naming the bad input.
 
@@ -143,7 +145,9 @@ def build_options(
 
     `runner="ray"`: the workers are Ray actors on the cluster at `ray_address` ("auto",
     HOST:PORT; else RAY_ADDRESS, else a Ray started for the run), one per CPU unless
-    `workers` caps them; DEST must be on storage every node sees. Needs bulkfetch[ray]."""
+    `workers` caps them; DEST must be on storage every node sees; an actor silent for
+    `lease` seconds (30 unless given) is stopped and its pages go to the others. Needs
+    bulkfetch[ray]."""
     from bulkfetch.net.tls import resolve_tls
 
     tls = resolve_tls(ca_bundle, insecure)
@@ -200,7 +204,8 @@ def build_options(
         crawl=crawl,
         tls=tls,
         metrics=metrics,
-        runner=RunnerOptions(runner, ray_address, workers_given=workers is not None),
+        runner=RunnerOptions(runner, ray_address, workers_given=workers is not None,
+                             lease_s=LEASE_S if lease is None else lease),
     )
 
 

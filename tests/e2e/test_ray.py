@@ -179,12 +179,12 @@ def test_faults_every_file_exactly_once_with_work_on_both_nodes(
 
 
 def fault_mid_run(cluster: TwoNodes, server: ReferenceServer, tmp_path: Path, sink: str,
-                  fault: Callable[[], None]) -> tuple[dict, str]:
+                  fault: Callable[[], None], *extra: str) -> tuple[dict, str]:
     """Run `get --runner ray` (-c 32), cause `fault` once 10 pages are done, and return the
     report and stderr of a run that must end with exit 0."""
     dest = tmp_path / "dest"
     args = ray_get(cluster, server.url, dest, tmp_path / "r.json", "--sink", sink,
-                   *shards(sink, 4000), "-c", "32")
+                   *shards(sink, 4000), "-c", "32", *extra)
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_pages(proc, dest, 10)
@@ -218,6 +218,39 @@ def test_a_killed_actor_s_pages_go_to_the_others(
     assert "lost" in err and "of its pages go to the others" in err
     assert report["files_ok"] == files
     assert_tar_exactly_once(tmp_path / "dest", files)
+
+
+def test_a_frozen_actor_s_lease_lapses_and_its_pages_go_to_the_others(
+        cluster: TwoNodes, reference_server: Start, tmp_path: Path) -> None:
+    """SIGSTOP: alive to Ray, silent to the driver (a GC pause, a hung mount). Without a
+    lease the run waited for it as long as it stayed stopped."""
+    cluster.ensure_two()
+    files, lease = 60_000, 4
+    server = reference_server("--files", str(files), "--page-size", "500", "--latency", "2")
+    frozen: list[int] = []
+
+    def freeze_an_actor() -> None:
+        victims = actor_pids()
+        assert len(victims) == 2, victims
+        os.kill(victims[0], signal.SIGSTOP)
+        frozen.append(victims[0])
+
+    started = time.monotonic()
+    try:
+        report, err = fault_mid_run(cluster, server, tmp_path, "tar", freeze_an_actor,
+                                    "--lease", str(lease))
+    finally:
+        for pid in frozen:  # (killed by then: nothing to wake)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    took = time.monotonic() - started
+    assert report["leases_lapsed"] == 1 and report["pages_reassigned"] > 0, report
+    lost = [w["lost"] for w in report["workers"] if w["lost"]]
+    assert len(lost) == 1 and "--lease" in lost[0], report["workers"]
+    assert "silent past --lease" in err
+    assert report["files_ok"] == files
+    assert_tar_exactly_once(tmp_path / "dest", files)
+    assert took < 120, took  # seconds of lease, not as long as the stop lasts
 
 
 def test_the_driver_killed_with_9_resumes_without_fetching_done_pages(

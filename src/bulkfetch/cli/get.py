@@ -81,6 +81,10 @@ class _Get(click.Command):
               help="With --runner ray: the cluster to join (auto: the one `ray start` "
                    "began on this machine). [default: RAY_ADDRESS, else a Ray started for "
                    "this run]")
+@click.option("--lease", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="With --runner ray: an actor that answers nothing for this long (stopped, "
+                   "a long GC pause, a hung mount, its node cut off) is stopped and its pages "
+                   "go to the others. [default: 30; at least 2]")
 @click.option("-c", "--concurrency", default="auto", show_default=True, metavar="N|auto",
               help="Transfers in flight per worker. auto: start at 4 (a resumed run: near "
                    "what the host took before) and measure: double while files/s rises, then "

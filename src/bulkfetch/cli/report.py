@@ -224,8 +224,10 @@ def summary_table(report: Report) -> Table:
         table.add_row("workers", Text(_by_node(report)))
     lost = sum(1 for worker in report.workers if worker.get("lost"))
     if report.pages_reassigned or lost:
-        table.add_row("", Text(f"{lost:,} workers lost; {report.pages_reassigned:,} of "
-                               "their pages fetched by the others", style="yellow"))
+        silent = f" ({report.leases_lapsed:,} silent past --lease)" \
+            if report.leases_lapsed else ""
+        table.add_row("", Text(f"{lost:,} workers lost{silent}; {report.pages_reassigned:,} "
+                               "of their pages fetched by the others", style="yellow"))
     if report.error is not None:
         table.add_row("error", Text(safe_text(report.error), style="red"))
     return table
@@ -337,6 +339,7 @@ def report_dict(report: Report) -> dict[str, object]:
         "pages": report.pages,
         "pages_listed": report.pages_listed,
         "pages_reassigned": report.pages_reassigned,
+        "leases_lapsed": report.leases_lapsed,
         "hedged": {"sent": report.hedged, "won": report.hedges_won},
         "redialed": report.redialed,
         "requeued": report.requeued,

@@ -84,6 +84,7 @@ class Coordinator:
         # Pages a lost worker (a Ray actor that died) had not made durable: sent again first
         self.requeue: deque[Page] = deque()
         self.pages_reassigned = 0
+        self.leases_lapsed = 0  # workers lost for their silence (ray_pool.py)
         self.lost_workers: dict[int, str] = {}  # worker -> why it was lost
         # --limit-rate and --max-rps over several workers: shares moved to where the bytes
         # and requests are wanted
@@ -406,8 +407,9 @@ class Coordinator:
                 # usage: only the user can fix it (a refused certificate): exit status 2
                 self.usage_error = self.usage_error or (len(message) > 2 and bool(message[2]))
                 self._record_error(value)
-        elif kind == "lost":  # ("lost", worker, pages, unfetched, why)
+        elif kind == "lost":  # ("lost", worker, pages, unfetched, why[, lease lapsed])
             self._lost(value, message[2], message[3], message[4])
+            self.leases_lapsed += len(message) > 5 and bool(message[5])
         elif kind == "exit":
             return int(value)
         return None
@@ -494,6 +496,7 @@ class Coordinator:
             failures_file=failures_file,
             workers=self._worker_summaries(),
             pages_reassigned=self.pages_reassigned,
+            leases_lapsed=self.leases_lapsed,
             hedged=sum(t.hedged for t in ticks),
             hedges_won=sum(t.hedges_won for t in ticks),
             redialed=sum(t.redialed for t in ticks),

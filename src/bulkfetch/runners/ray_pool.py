@@ -14,6 +14,12 @@ a call fails because the actor died (its process killed, its node gone), the coo
 a new actor, with a new worker number (tar shards are named by it), takes the dead one's
 place while the cluster has a free CPU. Only when no actor is left does the run stop.
 
+An actor alive to Ray but silent to us (stopped, a GC pause, a hung mount, a node cut off)
+answers no call: its pages would wait for it forever. Each answer renews its lease; once
+--lease seconds pass without one, it is killed, and its pages go to the others when Ray
+says it died (so it never writes after they went), or after a second --lease when the kill
+cannot reach it (a node cut off: fencing its writes is not done yet).
+
 DEST must be storage every node sees: the pool checks that at the start with a probe file
 each node must read back.
 """
@@ -113,6 +119,8 @@ class _Actor:
     exited: bool = False
     dead: bool = False
     share: Shares | None = None  # of --limit-rate and --max-rps, sent with each exchange
+    heard: float = field(default_factory=time.monotonic)  # its last answer: the lease's start
+    lapsed: float | None = None  # when its lease lapsed and it was killed
 
 
 class RayPool:
@@ -138,6 +146,7 @@ class RayPool:
         self.missing = 0  # actors lost and not replaced yet
         self.next_room_check = 0.0
         self.empty_since: float | None = None
+        self.lease_s = options.runner.lease_s
         # The actors' working directory is not ours: they get absolute paths (the driver
         # keeps the options as given, which its journal's fingerprint holds).
         self.actor_options = dataclasses.replace(
@@ -279,9 +288,11 @@ class RayPool:
             try:
                 answer = self.ray.get(call)
             except self.ray.exceptions.RayError as exc:
-                messages += self._lost(actor, exc)
+                messages += self._lost(actor, exc if actor.lapsed is None
+                                       else TimeoutError(self._silence()))
                 continue
             actor.ready = True  # a replacement's first answer: it has a node now
+            actor.heard = time.monotonic()
             for message in answer:
                 if message[0] == "pages":
                     actor.unfetched -= message[1]
@@ -296,14 +307,35 @@ class RayPool:
                 messages += self._lost(actor, ConnectionError(
                     "it stopped by itself: the Ray raylet of its node is gone"))
             self._call(actor)
-        return messages
+        return messages + self._lapse()
+
+    def _lapse(self) -> list[Message]:
+        """Kill each actor silent past its lease; give away the pages of one whose kill Ray
+        has not confirmed within another lease."""
+        now, lost = time.monotonic(), []
+        for actor in self._live():
+            if not actor.ready or actor.call is None:
+                continue
+            if actor.lapsed is None and now - actor.heard > self.lease_s:
+                actor.lapsed = now
+                with contextlib.suppress(Exception):
+                    self.ray.kill(actor.handle, no_restart=True)
+            elif actor.lapsed is not None and now - actor.lapsed > self.lease_s:
+                self.by_call.pop(actor.call, None)
+                actor.call = None
+                lost += self._lost(actor, TimeoutError(self._silence()))
+        return lost
+
+    def _silence(self) -> str:
+        return f"silent for {self.lease_s:g} s (--lease): frozen, or its node cut off"
 
     def _lost(self, actor: _Actor, exc: Exception) -> list[Message]:
         said_exit, actor.dead = actor.exited, True
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         why = f"{type(exc).__name__}: {why[:200]}"
         pages = sorted(actor.held.values(), key=lambda page: page.seq)
-        lost: list[Message] = [("lost", actor.worker, pages, actor.unfetched, why)]
+        lost: list[Message] = [("lost", actor.worker, pages, actor.unfetched, why,
+                                actor.lapsed is not None)]
         if not said_exit:
             lost.append(("exit", actor.worker))
         actor.held, actor.unfetched = {}, 0
