@@ -528,3 +528,28 @@ def test_packer_advance_needs_a_flushed_buffer(tmp_path: Path, packer: str) -> N
         assert made.offset == 13
     finally:
         os.close(fd)
+
+
+def test_a_worker_given_up_for_lost_is_fenced_out_of_the_index(tmp_path: Path) -> None:
+    """Its shards indexed before count; one it closes after (woken from a freeze, cut off
+    from the cluster) is refused and its .tar.part never becomes a shard. A new run's
+    workers, numbered from 0 again, are not fenced."""
+    dest = tmp_path
+    conn = index.connect(dest, create=True)
+    member = [("a", 512, 1, "0" * 32)]
+    index.add_shard(conn, "shard-003-000000.tar", 3, 1024, 0.0, [PageReport(0, 1, 1)], member)
+    (dest / "shard-003-000000.tar").write_bytes(b"\0" * 1024)
+    assert [r.seq for r in index.recover(dest, lambda seq: False, worker=3)] == [0]
+    (dest / "shard-003-000001.tar.part").write_bytes(b"\0" * 1024)  # it wakes and closes
+    with pytest.raises(sqlite3.IntegrityError, match="fenced"):
+        index.add_shard(conn, "shard-003-000001.tar", 3, 1024, 0.0, [PageReport(1, 1, 1)],
+                        [("b", 512, 1, "0" * 32)])
+    index.add_shard(conn, "shard-004-000000.tar", 4, 1024, 0.0, [PageReport(1, 1, 1)],
+                    [("b", 512, 1, "0" * 32)])  # the others go on
+    assert {name for (name,) in conn.execute("SELECT name FROM members")} == {"a", "b"}
+    index.recover(dest, lambda seq: True)  # the next start: the unindexed part goes
+    assert not (dest / "shard-003-000001.tar.part").exists()
+    index.clear_fences(dest)
+    index.add_shard(conn, "shard-003-000002.tar", 3, 1024, 0.0, [PageReport(2, 1, 1)],
+                    [("c", 512, 1, "0" * 32)])
+    conn.close()

@@ -36,7 +36,7 @@ INDEX_NAME = "index.sqlite"
 SHARD_GLOB = "shard-*.tar*"
 SHARD_RE = re.compile(r"shard-(\d{3,})-(\d{6,})\.tar(\.part)?\Z")
 APPLICATION_ID = 0x62664931  # "bfI1"
-SCHEMA_VERSION = 2  # 2: shards.live and the members_superseded trigger
+SCHEMA_VERSION = 3  # 2: shards.live and the members_superseded trigger; 3: fenced workers
 BUSY_TIMEOUT_S = 120.0  # another worker may be committing a 100,000-row shard
 
 _SCHEMA = (
@@ -59,7 +59,14 @@ _SCHEMA = (
     md5 TEXT NOT NULL                  -- hex
 )""",
     "CREATE UNIQUE INDEX IF NOT EXISTS members_by_name ON members(name)",
+    # Workers given up for lost in this run (a Ray actor silent past its lease, whose pages
+    # went to others): a shard one of them closes later is refused (_FENCE), never indexed.
+    "CREATE TABLE IF NOT EXISTS fenced (worker INTEGER PRIMARY KEY)",
 )
+FENCED = "fenced: this worker was given up for lost and its pages went to other workers"
+_FENCE = f"""CREATE TRIGGER IF NOT EXISTS shards_of_the_fenced BEFORE INSERT ON shards
+WHEN EXISTS (SELECT 1 FROM fenced WHERE worker = NEW.worker)
+BEGIN SELECT RAISE(ABORT, '{FENCED}'); END"""
 # INSERT OR REPLACE deletes the row a later copy of a name replaces; with recursive_triggers
 # on (connect() sets it) that deletion fires this. Rows are never deleted otherwise.
 _TRIGGER = """CREATE TRIGGER IF NOT EXISTS members_superseded AFTER DELETE ON members
@@ -128,6 +135,7 @@ def _create_or_migrate(conn: sqlite3.Connection, path: Path) -> None:
             for statement in _MIGRATE_FROM_1:
                 conn.execute(statement)
         conn.execute(_TRIGGER)
+        conn.execute(_FENCE)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -190,7 +198,9 @@ def recover(dest: Path, is_done: Callable[[int], bool],
             worker: int | None = None) -> list[PageReport]:
     """Make DEST's shards agree with the index after a killed run, and return the reports
     of indexed pages that `is_done` (the journal) does not know as done yet. `worker`: only
-    that worker's shards (one that died while the others go on writing theirs).
+    that worker's shards (one that died while the others go on writing theirs), and it is
+    fenced first: a shard it closes after this (a Ray actor on a node cut off, which wakes)
+    is refused by the index, so its pages never count twice.
 
     - `.tar.part` whose rows were committed: the rename did not happen yet; do it now.
     - `.tar.part` without rows: the shard never closed; its pages are not done; delete it.
@@ -205,6 +215,10 @@ def recover(dest: Path, is_done: Callable[[int], bool],
     if (dest / INDEX_NAME).is_file():
         settled: set[int] = set()
         with contextlib.closing(connect(dest)) as conn:
+            if worker is not None:  # first fenced: nothing it closes from now on counts
+                with _immediate(conn):
+                    conn.execute("INSERT OR IGNORE INTO fenced (worker) VALUES (?)",
+                                 (worker,))
             which, args = ("", ()) if worker is None else (" WHERE worker = ?", (worker,))
             indexed = {file for (file,) in conn.execute(f"SELECT file FROM shards{which}",
                                                          args)}
@@ -230,6 +244,12 @@ def recover(dest: Path, is_done: Callable[[int], bool],
         else:
             os.unlink(entry.path)
     return sorted(missing, key=lambda report: report.seq)
+
+
+def clear_fences(dest: Path) -> None:
+    """A new run's workers are numbered from 0 again: no fence of an earlier run holds."""
+    with contextlib.closing(connect(dest)) as conn, _immediate(conn):
+        conn.execute("DELETE FROM fenced")
 
 
 def stored_after_failing(dest: Path, failures: Iterable[tuple[int, str]]) -> dict[str, int]:

@@ -67,6 +67,7 @@ def prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:
             except sqlite3.Error:
                 index.remove_all(dest)
         index.connect(dest, create=True).close()  # created, or migrated to this schema
+        index.clear_fences(dest)
         for report in index.recover(dest, journal.page_is_done):
             journal.page_done(report)
         journal_stored_retries(dest, journal)
