@@ -18,7 +18,7 @@ An actor alive to Ray but silent to us (stopped, a GC pause, a hung mount, a nod
 answers no call: its pages would wait for it forever. Each answer renews its lease; once
 --lease seconds pass without one, it is killed, and its pages go to the others when Ray
 says it died (so it never writes after they went), or after a second --lease when the kill
-cannot reach it (a node cut off: fencing its writes is not done yet).
+cannot reach it (a node cut off: the tar index fences it, dest/index.py).
 
 DEST must be storage every node sees: the pool checks that at the start with a probe file
 each node must read back.
