@@ -4,6 +4,7 @@ the C packer and with the Python one."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
@@ -553,3 +554,19 @@ def test_a_worker_given_up_for_lost_is_fenced_out_of_the_index(tmp_path: Path) -
     index.add_shard(conn, "shard-003-000002.tar", 3, 1024, 0.0, [PageReport(2, 1, 1)],
                     [("c", 512, 1, "0" * 32)])
     conn.close()
+
+
+def test_an_index_shared_across_hosts_keeps_a_rollback_journal(tmp_path: Path) -> None:
+    """WAL's index is shared memory, which only one host's processes share: with Ray actors
+    on several machines the index takes the filesystem's locks instead (and back)."""
+    def mode() -> str:
+        with contextlib.closing(index.connect(tmp_path)) as conn:
+            return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+
+    index.connect(tmp_path, create=True).close()
+    assert mode() == "wal"
+    index.connect(tmp_path, create=True, across_hosts=True).close()
+    assert mode() == "delete"
+    assert not (tmp_path / (index.INDEX_NAME + "-wal")).exists()
+    index.connect(tmp_path, create=True).close()
+    assert mode() == "wal"

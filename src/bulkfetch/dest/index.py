@@ -101,10 +101,16 @@ def shard_file(worker: int, number: int) -> str:
     return f"shard-{worker:03d}-{number:06d}.tar"
 
 
-def connect(dest: Path, *, create: bool = False, threads: bool = False) -> sqlite3.Connection:
+def connect(dest: Path, *, create: bool = False, threads: bool = False,
+            across_hosts: bool = False) -> sqlite3.Connection:
     """A connection to DEST/index.sqlite (with `create`: created with its schema, or brought
     from an older schema to this one); with `threads`, usable from a thread other than the
-    one that opened it (one at a time)."""
+    one that opened it (one at a time).
+
+    `across_hosts` (with `create`, while no one else has it open): writers on several
+    machines will share it (Ray actors on a shared filesystem). WAL needs every writer on one
+    host (its index is shared memory); a rollback journal needs only the filesystem's locks.
+    The mode is kept in the file: every later connection uses it."""
     path = Path(dest) / INDEX_NAME
     if not create and not path.is_file():
         raise FileNotFoundError(path)
@@ -113,7 +119,11 @@ def connect(dest: Path, *, create: bool = False, threads: bool = False) -> sqlit
     try:
         conn.execute("PRAGMA recursive_triggers = ON")  # see _TRIGGER
         if create:
-            conn.execute("PRAGMA journal_mode = WAL")
+            mode = conn.execute(f"PRAGMA journal_mode = {'DELETE' if across_hosts else 'WAL'}"
+                                ).fetchone()[0]
+            if mode != ("delete" if across_hosts else "wal"):
+                raise sqlite3.OperationalError(f"{path} stays in journal mode {mode}: is "
+                                               "another process using it?")
             _create_or_migrate(conn, path)
         conn.execute("PRAGMA synchronous = NORMAL")
     except BaseException:

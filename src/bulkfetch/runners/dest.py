@@ -56,17 +56,20 @@ class DestBefore:
                 self.dest.rmdir()
 
 
-def prepare_shards(dest: Path, journal: Journal, restart: bool) -> None:
+def prepare_shards(dest: Path, journal: Journal, restart: bool,
+                   across_hosts: bool = False) -> None:
     """Shards and index agree with each other and with the journal before workers start.
     --restart keeps the earlier shards readable until their files are stored again (a failed
-    re-fetch never costs the older good copy); only an unusable index is removed."""
+    re-fetch never costs the older good copy); only an unusable index is removed.
+    `across_hosts`: workers on other machines will write the index (index.connect)."""
     try:
         if restart:
             try:
                 index.forget_pages(dest)
             except sqlite3.Error:
                 index.remove_all(dest)
-        index.connect(dest, create=True).close()  # created, or migrated to this schema
+        # created, or migrated to this schema
+        index.connect(dest, create=True, across_hosts=across_hosts).close()
         index.clear_fences(dest)
         for report in index.recover(dest, journal.page_is_done):
             journal.page_done(report)

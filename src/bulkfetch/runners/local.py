@@ -151,7 +151,8 @@ def _run(options: GetOptions, source: Any, pool: WorkerPool,
                                  journal)
         if options.sink.kind == "tar":
             try:
-                prepare_shards(dest, journal, options.restart)
+                prepare_shards(dest, journal, options.restart,
+                               across_hosts=options.runner.kind == "ray")
             except UsageError:
                 raise
             except BulkfetchError as exc:
