@@ -500,13 +500,18 @@ def test_corrupt_journal_is_a_clear_error(tmp_path: Path) -> None:
     assert read_status(tmp_path).state == "empty"
 
 
-def test_other_schema_version_and_foreign_database(tmp_path: Path) -> None:
-    with Journal.open(tmp_path, FP):
+def journal_changed_by(dest: Path, sql: str) -> None:
+    """A journal made in `dest`, then changed behind bulkfetch's back by `sql`."""
+    with Journal.open(dest, FP):
         pass
-    conn = sqlite3.connect(db_path(tmp_path))
-    conn.execute("PRAGMA user_version = 7")
+    conn = sqlite3.connect(db_path(dest))
+    conn.execute(sql)
     conn.commit()
     conn.close()
+
+
+def test_other_schema_version_and_foreign_database(tmp_path: Path) -> None:
+    journal_changed_by(tmp_path, "PRAGMA user_version = 7")
     with pytest.raises(JournalCorrupt, match=r"another bulkfetch version.*schema 7"):
         Journal.open(tmp_path, FP)
     db_path(tmp_path).unlink()
@@ -623,12 +628,7 @@ def test_a_file_in_the_way_of_dest_is_the_users_to_fix(tmp_path: Path) -> None:
 
 
 def test_a_journal_whose_run_record_is_gone_is_called_damaged(tmp_path: Path) -> None:
-    with Journal.open(tmp_path, FP):
-        pass
-    db = sqlite3.connect(db_path(tmp_path))
-    db.execute("DELETE FROM run")
-    db.commit()
-    db.close()
+    journal_changed_by(tmp_path, "DELETE FROM run")
     with pytest.raises(JournalCorrupt, match="no run record"):
         Journal.open(tmp_path, FP)
 
