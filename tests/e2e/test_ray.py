@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from getkit import assert_complete, expected_files, index_rows, read_journal
+from sshfs_kit import sshfs_mount
 
 from bulkfetch.testing import ReferenceServer
 
@@ -346,3 +348,34 @@ def test_a_node_that_does_not_see_dest_is_refused_by_name(
         for pid in _processes_in_other_mounts(mounts):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_dest_on_a_fuse_network_filesystem(
+        cluster: TwoNodes, reference_server: Start, tmp_path: Path) -> None:
+    """DEST on sshfs over loopback (no NFS client in this kernel; FUSE it has): the journal
+    and the tar index are SQLite there, their locks the kernel's on the one mount every
+    actor of this machine's two nodes shares, and renames OpenSSH's posix-rename."""
+    cluster.ensure_two()
+    files = 20_000
+    server = reference_server("--files", str(files), "--page-size", "500",
+                              "--fail-rate", "0.01")
+    home = tmp_path / "sshfs"
+    home.mkdir()
+    with sshfs_mount(home) as (export, mount):
+        dest = mount / "dest"
+        proc, report = run_to_end(ray_get(cluster, server.url, dest, tmp_path / "r.json",
+                                          "--sink", "tar", *shards("tar", 3000)))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert report["files_ok"] == files and len(nodes_that_worked(report)) == 2, report
+        # the index's locks hold on this mount: a second writer is refused while one writes
+        first = sqlite3.connect(dest / "index.sqlite", isolation_level=None, timeout=0)
+        second = sqlite3.connect(dest / "index.sqlite", isolation_level=None, timeout=0)
+        try:
+            first.execute("BEGIN IMMEDIATE")
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                second.execute("BEGIN IMMEDIATE")
+            first.execute("ROLLBACK")
+        finally:
+            first.close()
+            second.close()
+        assert_tar_exactly_once(export / "dest", files)  # as the file server holds it
