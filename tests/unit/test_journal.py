@@ -623,8 +623,9 @@ def test_a_dest_that_cannot_be_written_is_the_users_to_fix(
 
 def test_a_file_in_the_way_of_dest_is_the_users_to_fix(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
-    with pytest.raises(DestNotWritable, match="Not a directory"):
+    with pytest.raises(DestNotWritable, match="Not a directory") as caught:
         Journal.open(tmp_path / "afile" / "d", FP)
+    assert f"({tmp_path / 'afile' / 'd'})" in str(caught.value)  # the path the OS refused
 
 
 def test_a_journal_whose_run_record_is_gone_is_called_damaged(tmp_path: Path) -> None:
@@ -653,3 +654,134 @@ def test_page_tokens_and_the_pass_key_read_back_what_was_journaled(tmp_path: Pat
         key = j.pass_key()
         assert isinstance(key, float) and abs(key - time.time()) < 60
         assert sorted(j.page_tokens(), key=str) == sorted([("", "t1"), ("t1", None)], key=str)
+
+
+def test_an_unreadable_fingerprint_is_called_damaged(tmp_path: Path) -> None:
+    journal_changed_by(tmp_path, "UPDATE run SET fingerprint = 'not json'")
+    with pytest.raises(JournalCorrupt, match="unreadable fingerprint"):
+        Journal.open(tmp_path, FP)
+
+
+def test_a_fingerprint_difference_names_the_keys_that_differ(tmp_path: Path) -> None:
+    with Journal.open(tmp_path, FP):
+        pass
+    other = {**FP, "shape": {"names_key": "Keys", "next_key": "NextMarker"}, "extra": [2, 1],
+             "sink": "tar"}
+    with pytest.raises(JournalMismatch) as caught:
+        Journal.open(tmp_path, other)
+    assert caught.value.differences == (
+        'extra: (absent) vs [2, 1]', 'shape.names_key: "FileNames" vs "Keys"',
+        'sink: {"fanout": 0, "kind": "dir"} vs "tar"')  # a dict against a value: whole
+
+
+def test_each_write_stamps_the_run_and_totals_are_values(tmp_path: Path) -> None:
+    with Journal.open(tmp_path, FP) as j:
+        before = j.totals().updated_at
+        time.sleep(0.01)
+        j.add_page(0, None, "t1", 10)
+        totals = j.totals()
+        assert totals.updated_at > before and totals.pages_listed == 1
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            totals.pages_listed = 2  # type: ignore[misc]
+
+
+def test_a_journal_without_its_run_table_is_called_damaged(tmp_path: Path) -> None:
+    journal_changed_by(tmp_path, "DROP TABLE run")
+    with pytest.raises(JournalCorrupt, match=r"is damaged \(no such table: run\)"):
+        Journal.open(tmp_path, FP)
+
+
+def test_a_closed_journal_refuses_use(tmp_path: Path) -> None:
+    j = Journal.open(tmp_path, FP)
+    j.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        j.add_page(0, None, "t1", 10)
+    j.close()  # twice: nothing more to close
+    with Journal.open(tmp_path, FP):  # the lock went with the first close
+        pass
+
+
+class FailingConnection:
+    """A journal's connection whose statements starting with `words` raise `error`."""
+
+    def __init__(self, conn: sqlite3.Connection, words: str, error: Exception) -> None:
+        self.conn, self.words, self.error = conn, words, error
+
+    def execute(self, sql: str, *args: object) -> object:
+        if sql.lstrip().startswith(self.words):
+            raise self.error
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+
+@pytest.mark.parametrize(("error", "raised", "words"), [
+    (sqlite3.OperationalError("disk I/O error"), "JournalIOError", "cannot use the journal"),
+    (sqlite3.DatabaseError("database disk image is malformed"), "JournalCorrupt",
+     "is damaged"),
+    (sqlite3.ProgrammingError("wrong thread"), "ProgrammingError", "wrong thread"),
+])
+def test_sqlite_errors_in_use_are_translated_and_bugs_are_not(
+        tmp_path: Path, error: Exception, raised: str, words: str) -> None:
+    with Journal.open(tmp_path, FP) as j:
+        real = j._conn
+        assert real is not None
+        j._conn = FailingConnection(real, "SELECT", error)  # type: ignore[assignment]
+        try:
+            with pytest.raises(Exception, match=words) as caught:
+                j.pending_pages()
+            assert type(caught.value).__name__ == raised
+        finally:
+            j._conn = real
+
+
+@pytest.mark.parametrize(("words", "error", "raised"), [
+    ("PRAGMA journal_mode", sqlite3.OperationalError("disk I/O error"), "cannot open"),
+    ("PRAGMA journal_mode", sqlite3.DatabaseError("file is not a database"), "is damaged"),
+    ("UPDATE run SET last_error", sqlite3.OperationalError("attempt to write a readonly "
+                                                           "database"), "cannot write"),
+])
+def test_sqlite_errors_on_open_are_translated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              words: str, error: Exception,
+                                              raised: str) -> None:
+    from bulkfetch.dest import journal as journal_module
+
+    with Journal.open(tmp_path, FP):
+        pass
+    connect = sqlite3.connect
+    monkeypatch.setattr(journal_module.sqlite3, "connect",
+                        lambda *a, **k: FailingConnection(connect(*a, **k), words, error))
+    with pytest.raises(BulkfetchError, match=raised):
+        Journal.open(tmp_path, FP)
+    monkeypatch.setattr(journal_module.sqlite3, "connect", connect)
+    with Journal.open(tmp_path, FP):  # nothing was left locked or open
+        pass
+
+
+def test_a_journal_that_cannot_be_opened_at_all_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bulkfetch.dest import journal as journal_module
+    from bulkfetch.errors import JournalIOError
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(journal_module.sqlite3, "connect", refuse)
+    with pytest.raises(JournalIOError, match="cannot open the journal"):
+        Journal.open(tmp_path, FP)
+
+
+def test_page_queries_read_tokens_back_as_they_went_in(tmp_path: Path) -> None:
+    with Journal.open(tmp_path, FP) as j:
+        assert j.last_page() is None and j.page_is_done(0) is False
+        j.add_page(0, None, "t1", 10)
+        j.add_page(1, "t1", None, 10)
+        assert j.last_page() == (1, "t1")
+        assert j.pending_pages() == [(0, None, "t1"), (1, "t1", None)]
+        j.page_done(PageReport(0, 9, 90, (Failure("x", "HTTP 500", 3),)))
+        assert j.page_is_done(0) is True and j.page_is_done(1) is False
+        assert j.page_is_done(7) is False  # never listed
+        assert j.failed_pages() == [(0, None, "t1")]
+        assert j.start_new_pass() is False  # page 1 is not done: nothing starts over
+

@@ -3,6 +3,8 @@ header parsing."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bulkfetch.config import ApiShape
@@ -129,3 +131,16 @@ def test_none_is_one_page() -> None:
     assert paginator.request_url(None) == LIST
     assert paginator.next_token(None, LIST, "ignored", ['<https://x>; rel="next"'], 5,
                                 None) is None
+
+
+def test_a_refused_next_url_is_named_in_the_message() -> None:
+    paginator = pages(paginate="link")
+    assert paginator.request_url(None) == LIST  # the first page: the listing's own URL
+    with pytest.raises(PageError, match=r"is on https://evil\.example:443, not the listing's"):
+        paginator.request_url("https://evil.example/p2")
+    long = "ftp://" + "x" * 300
+    with pytest.raises(PageError) as caught:
+        paginator.request_url(long)
+    assert repr(long[:200]) in str(caught.value) and repr(long[:201]) not in str(caught.value)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        paginator.list_url = "https://evil.example/"  # type: ignore[misc]

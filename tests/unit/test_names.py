@@ -66,3 +66,8 @@ def test_the_fanout_layout_is_the_names_md5_two_hex_digits_a_level() -> None:
     assert local_parts("a/b.txt") == ["a", "b.txt"]
     assert local_parts("f0000000001", 2) == ["a3", "09", "f0000000001"]
     assert local_parts("é", 1) == ["66", "é"]
+
+
+def test_a_name_that_is_not_utf8_or_not_a_string_is_refused_with_its_reason() -> None:
+    assert check_name("bad\udcff.bin") == "name is not valid UTF-8"  # a lone surrogate
+    assert all_plain(["a", 1]) is False  # type: ignore[list-item]  # the per-name path says why

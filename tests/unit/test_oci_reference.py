@@ -80,3 +80,22 @@ def test_references_and_digests_are_values_that_cannot_change() -> None:
         ref.tag = "other"  # type: ignore[misc]
     with pytest.raises(AttributeError):
         ref.digest.hex = "b" * 64  # type: ignore[misc,union-attr]
+
+
+def test_a_tag_is_what_the_manifest_url_asks_for_and_a_layer_shows_12_digits() -> None:
+    assert parse_reference("127.0.0.1:5000/app:v7").reference == "v7"
+    assert parse_reference("127.0.0.1:5000/app").reference == "latest"
+    digest = parse_digest("sha256:" + "0123456789ab" + "c" * 52)
+    assert digest.short == "0123456789ab"
+
+
+def test_a_bracketed_ipv6_loopback_registry_is_loopback() -> None:
+    assert parse_reference("[::1]:5000/app").loopback
+    assert parse_reference("[::1]:5000/app").base_url(False) == "http://[::1]:5000"
+    assert not parse_reference("[2001:db8::1]:5000/app").loopback
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1:5000/", "127.0.0.1:5000/:v1", ":v1"])
+def test_a_reference_without_a_repository_is_refused(text: str) -> None:
+    with pytest.raises(UsageError, match="no repository name"):
+        parse_reference(text)

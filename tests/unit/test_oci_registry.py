@@ -4,8 +4,10 @@ a scripted HTTP server on loopback, one answer list per path."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,10 +16,12 @@ import pytest
 
 from bulkfetch.config import Timeouts
 from bulkfetch.errors import UsageError
+from bulkfetch.oci import registry as registry_module
 from bulkfetch.oci.auth import Credentials
 from bulkfetch.oci.manifest import ACCEPT, OCI_MANIFEST
 from bulkfetch.oci.reference import Digest, parse_reference
-from bulkfetch.oci.registry import ATTEMPTS, Registry, RegistryError, pulls_left
+from bulkfetch.oci.registry import ATTEMPTS, MAX_WAIT_S, Registry, RegistryError, pulls_left
+from bulkfetch.util.ports import free_port
 
 MANIFEST = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST}).encode()
 CONFIG = b'{"architecture": "amd64", "os": "linux"}'
@@ -208,3 +212,87 @@ def test_pulls_left_reads_docker_hubs_rate_limit(remaining: str, limit: str,
     if limit:
         lines.append(f"RateLimit-Limit: {limit}\r\n".encode())
     assert pulls_left(lines) == said
+
+
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The seconds each retry would sleep (nothing is slept)."""
+    slept: list[float] = []
+    monkeypatch.setattr(registry_module.time, "sleep", slept.append)
+    return slept
+
+
+def test_a_registry_that_refuses_connections_is_retried_then_named(
+        pauses: list[float]) -> None:
+    closed = f"127.0.0.1:{free_port()}/team/app"  # nothing listens there
+    with pytest.raises(RegistryError, match=r"curl error 7"):
+        registry(closed).manifest("v1")
+    assert len(pauses) == ATTEMPTS - 1  # retried, with a pause before each
+    assert all(0 < wait <= 8.0 * 1.5 for wait in pauses)
+
+
+def test_a_reply_that_is_not_http_is_not_retried(pauses: list[float]) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def garbage() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                conn.recv(4096)
+                conn.sendall(b"SSH-2.0-not-a-registry\r\n\r\n")
+                conn.close()
+
+    threading.Thread(target=garbage, daemon=True).start()
+    try:
+        with pytest.raises(RegistryError, match=r"curl error"):
+            registry(f"127.0.0.1:{listener.getsockname()[1]}/team/app").manifest("v1")
+        assert pauses == []  # a reply like that does not improve on asking again
+    finally:
+        listener.close()
+
+
+def test_a_busy_registry_is_waited_for_as_it_asks_and_no_longer_than_the_cap(
+        script: tuple[Script, str], pauses: list[float]) -> None:
+    played, name = script
+    played.answers["/v2/team/app/manifests/v1"] = [
+        (429, {"Retry-After": "3"}, b""), (500, {"Retry-After": "100000"}, b""),
+        (502, {}, b""), (200, {}, MANIFEST)]
+    assert registry(name).manifest("v1").body == MANIFEST
+    assert pauses[:2] == [3.0, MAX_WAIT_S]
+    assert 0.25 <= pauses[2] <= 0.25 * 2 ** 3 * 1.5  # the backoff of the third attempt
+
+
+def test_a_refusal_names_the_image_by_tag_or_by_digest(
+        script: tuple[Script, str]) -> None:
+    played, name = script
+    played.answers["/v2/team/app/manifests/v1"] = [(403, {}, b"")]
+    with pytest.raises(UsageError, match=r"team/app:v1: the registry refused access \(HTTP 403"):
+        registry(name).manifest("v1")
+    digest = str(sha256(MANIFEST))
+    played.answers[f"/v2/team/app/manifests/{digest}"] = [(403, {}, b"")]
+    with pytest.raises(UsageError, match=f"team/app@{digest}: the registry refused access"):
+        registry(name).manifest(digest)
+
+
+def test_a_manifest_without_a_media_type_takes_the_content_type(
+        script: tuple[Script, str]) -> None:
+    played, name = script
+    plain = json.dumps({"schemaVersion": 2}).encode()
+    played.answers["/v2/team/app/manifests/v1"] = [
+        (200, {"Content-Type": f"{OCI_MANIFEST}; charset=utf-8"}, plain)]
+    fetched = Registry(parse_reference(name), plain_http=True).manifest("v1")  # (defaults)
+    assert fetched.media_type == OCI_MANIFEST
+    with pytest.raises(AttributeError):
+        fetched.body = b"other"  # type: ignore[misc]
+
+
+def test_an_empty_config_blob_takes_no_byte_more(script: tuple[Script, str]) -> None:
+    played, name = script
+    empty = sha256(b"")
+    played.answers[f"/v2/team/app/blobs/{empty}"] = [(200, {}, b"")]
+    assert registry(name).small_blob(empty, 0, "config") == b""
+    played.answers[f"/v2/team/app/blobs/{empty}"] = [(200, {}, b"xx")]
+    with pytest.raises(RegistryError, match="broken or hostile"):
+        registry(name).small_blob(empty, 0, "config")

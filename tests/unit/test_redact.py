@@ -135,3 +135,11 @@ def test_a_name_is_quoted_when_it_holds_an_escape_or_a_backslash_and_never_other
     assert safe_name("bell\x07.txt") == "'bell\\x07.txt'"
     assert safe_name("reads \\x1b") == "'reads \\\\x1b'"  # cannot pass for an escaped ESC
     assert safe_text("bell\x07 here") == "bell\\x07 here"  # text: escaped in place
+
+
+def test_six_characters_are_enough_to_be_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bulkfetch.util import redact
+
+    monkeypatch.setattr(redact, "_SECRETS", [])
+    redact.register_secret("s3cr3t")  # six: an API key this short is still a secret
+    assert redact_text("key=s3cr3t") == f"key={MASK}"

@@ -114,3 +114,67 @@ def test_has_sums_is_true_only_for_a_sums_file(tmp_path: Path) -> None:
     assert sums.has_sums(tmp_path) is False  # the directory, but no sums file in it
     (tmp_path / SUMS_DIR / "0001.md5").write_text("")
     assert sums.has_sums(tmp_path) is True
+
+
+def test_no_sums_directory_is_no_sums_files(tmp_path: Path) -> None:
+    assert sums_files(tmp_path) == []
+    found, loaded = kept(tmp_path)
+    assert found == {} and loaded == sums.Loaded({}, 0, 0)
+
+
+def test_lines_are_counted_once_across_batches(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sums, "_BATCH", 2)  # five lines: two full batches and one of one
+    write_sums(tmp_path, 1, [(A, f"f{i}") for i in range(5)])
+    found, loaded = kept(tmp_path)
+    assert loaded.lines == 5 and len(found) == 5
+
+
+def test_loading_again_forgets_what_the_last_load_found(tmp_path: Path) -> None:
+    first = write_sums(tmp_path, 1, [(A, "gone")])
+    db = sqlite3.connect("", isolation_level=None)
+    db.execute(KEPT_TABLE)
+    load_latest(db, tmp_path)
+    db.execute("INSERT INTO validators SELECT path, '\"e1\"', '', written FROM kept")
+    first.unlink()
+    write_sums(tmp_path, 2, [(B, "new")])
+    load_latest(db, tmp_path)
+    assert dict(db.execute("SELECT path, md5 FROM kept").fetchall()) == {"new": B}
+    assert db.execute("SELECT count(*) FROM validators").fetchone()[0] == 0
+
+
+def test_a_load_that_fails_ends_its_transaction(tmp_path: Path) -> None:
+    write_sums(tmp_path, 1, [(A, "x")])
+    (tmp_path / SUMS_DIR / "w0-2.md5").mkdir()  # cannot be read as a file
+    db = sqlite3.connect("", isolation_level=None)
+    db.execute(KEPT_TABLE)
+    with pytest.raises(IsADirectoryError):
+        load_latest(db, tmp_path)
+    assert not db.in_transaction  # rolled back: the connection is usable again
+    db.execute("BEGIN")
+    db.execute("ROLLBACK")
+
+
+def test_a_rewrite_that_cannot_finish_leaves_no_validators_file_either(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_sums(tmp_path, 1, [(A, "x")])
+    db = sqlite3.connect("", isolation_level=None)
+    db.execute(KEPT_TABLE)
+    load_latest(db, tmp_path)
+    db.execute("INSERT INTO validators SELECT path, '\"e1\"', '', written FROM kept")
+
+    def refuse(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sums.os, "rename", refuse)
+    with pytest.raises(OSError, match="No space left"):
+        rewrite(db, tmp_path)
+    assert sorted(p.name for p in (tmp_path / SUMS_DIR).iterdir()) == ["w0-1.md5"]
+
+
+def test_compact_keeps_the_latest_line_of_each_path_in_one_file(tmp_path: Path) -> None:
+    write_sums(tmp_path, 1, [(A, "x"), (A, "y")])
+    write_sums(tmp_path, 2, [(B, "x")])
+    sums.compact(tmp_path)
+    assert len(sums_files(tmp_path)) == 1
+    assert kept(tmp_path)[0] == {"x": B, "y": A}
