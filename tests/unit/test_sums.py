@@ -30,6 +30,14 @@ def write_sums(dest: Path, number: int, entries: list[tuple[str, str]],
     return path
 
 
+def loaded(dest: Path) -> sqlite3.Connection:
+    """A private database holding load_latest()'s tables for DEST."""
+    db = sqlite3.connect("", isolation_level=None)
+    db.execute(KEPT_TABLE)
+    load_latest(db, dest)
+    return db
+
+
 def kept(dest: Path) -> tuple[dict[str, str], sums.Loaded]:
     db = sqlite3.connect("", isolation_level=None)
     db.execute(KEPT_TABLE)
@@ -58,9 +66,7 @@ def test_a_rewrite_writes_one_file_of_the_latest_lines_and_removes_the_others(
         tmp_path: Path) -> None:
     write_sums(tmp_path, 1, [(A, name) for name in ODD])
     write_sums(tmp_path, 2, [(B, ODD[0])])
-    db = sqlite3.connect("", isolation_level=None)
-    db.execute(KEPT_TABLE)
-    load_latest(db, tmp_path)
+    db = loaded(tmp_path)
     compacted = rewrite(db, tmp_path)
     assert sums_files(tmp_path) == [compacted]
     found, _ = kept(tmp_path)
@@ -71,9 +77,7 @@ def test_a_rewrite_writes_one_file_of_the_latest_lines_and_removes_the_others(
 def test_a_rewrite_that_cannot_finish_keeps_every_older_sums_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
     older = [write_sums(tmp_path, 1, [(A, "x")]), write_sums(tmp_path, 2, [(B, "y")])]
-    db = sqlite3.connect("", isolation_level=None)
-    db.execute(KEPT_TABLE)
-    load_latest(db, tmp_path)
+    db = loaded(tmp_path)
 
     def refuse(*args: object) -> None:
         raise OSError(28, "No space left on device")
@@ -90,9 +94,7 @@ def test_a_rewrite_that_cannot_finish_keeps_every_older_sums_file(
 def test_a_sums_file_that_cannot_be_read_leaves_the_table_as_it_was(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_sums(tmp_path, 1, [(A, "x")])
-    db = sqlite3.connect("", isolation_level=None)
-    db.execute(KEPT_TABLE)
-    load_latest(db, tmp_path)
+    db = loaded(tmp_path)
     write_sums(tmp_path, 2, [(B, "x")])
     real_open = Path.open
 
@@ -132,9 +134,7 @@ def test_lines_are_counted_once_across_batches(tmp_path: Path,
 
 def test_loading_again_forgets_what_the_last_load_found(tmp_path: Path) -> None:
     first = write_sums(tmp_path, 1, [(A, "gone")])
-    db = sqlite3.connect("", isolation_level=None)
-    db.execute(KEPT_TABLE)
-    load_latest(db, tmp_path)
+    db = loaded(tmp_path)
     db.execute("INSERT INTO validators SELECT path, '\"e1\"', '', written FROM kept")
     first.unlink()
     write_sums(tmp_path, 2, [(B, "new")])
@@ -158,9 +158,7 @@ def test_a_load_that_fails_ends_its_transaction(tmp_path: Path) -> None:
 def test_a_rewrite_that_cannot_finish_leaves_no_validators_file_either(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_sums(tmp_path, 1, [(A, "x")])
-    db = sqlite3.connect("", isolation_level=None)
-    db.execute(KEPT_TABLE)
-    load_latest(db, tmp_path)
+    db = loaded(tmp_path)
     db.execute("INSERT INTO validators SELECT path, '\"e1\"', '', written FROM kept")
 
     def refuse(*args: object) -> None:
