@@ -11,6 +11,7 @@ import click
 
 from bulkfetch.cli.api_flags import api_options
 from bulkfetch.cli.s3_flags import s3_options, tls_options
+from bulkfetch.config import MIN_LEASE_S
 from bulkfetch.errors import BulkfetchError, UsageError
 from bulkfetch.util.redact import safe_text
 
@@ -81,10 +82,11 @@ class _Get(click.Command):
               help="With --runner ray: the cluster to join (auto: the one `ray start` "
                    "began on this machine). [default: RAY_ADDRESS, else a Ray started for "
                    "this run]")
-@click.option("--lease", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--lease", type=click.FloatRange(min=MIN_LEASE_S), default=None,
+              metavar="SECONDS",
               help="With --runner ray: an actor that answers nothing for this long (stopped, "
                    "a long GC pause, a hung mount, its node cut off) is stopped and its pages "
-                   "go to the others. [default: 30; at least 2]")
+                   "go to the others. [default: 30]")
 @click.option("-c", "--concurrency", default="auto", show_default=True, metavar="N|auto",
               help="Transfers in flight per worker. auto: start at 4 (a resumed run: near "
                    "what the host took before) and measure: double while files/s rises, then "
