@@ -196,9 +196,10 @@ class TreeLister(ListerThread):
     def _send_pages(self, job: _Job, found: DirPage) -> bool:
         """Send directory `job.path`'s pages: what the job is for (see _Job)."""
         if self.below:  # a checksum file above named some of these files
+            own = found.digests or ("",) * len(found.files)
             found = replace(found, digests=tuple(
-                (found.digests[i] if found.digests and found.digests[i] else "")
-                or self.below.pop(item, "") for i, item in enumerate(found.files)))
+                digest or self.below.pop(item, "")
+                for item, digest in zip(found.files, own, strict=True)))
         pages = pages_of(job.path, found, self.key_of)
         for seq, text, _ in job.replays:
             part = parse_token(text)[1]

@@ -35,7 +35,7 @@ from bulkfetch.net.curl import (
 from bulkfetch.sources.abilities import Abilities
 from bulkfetch.sources.autoindex import ListingFormatError, parse_listing
 from bulkfetch.sources.fileserver import CREDENTIALS_NEEDED, not_http, redact
-from bulkfetch.sources.headers import HostHeaders
+from bulkfetch.sources.headers import HostHeaders, auth_curl_options
 from bulkfetch.sources.list_handle import ListHandle
 from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
 from bulkfetch.sources.tree import (
@@ -56,7 +56,6 @@ SUM_FILES = {"sha256sums": "sha256", "sha256sums.txt": "sha256", "md5sums": "md5
              "md5sums.txt": "md5"}
 # A file's own checksum beside it ("x.tar.sha256" for "x.tar"), by its suffix in lower case
 SIDECARS = {".sha256": "sha256", ".sha256sum": "sha256", ".md5": "md5", ".md5sum": "md5"}
-_HEX = frozenset("0123456789abcdef")
 PROBE_TIMEOUT_S = 10.0  # the most a URL's first answer is waited for when guessing its kind
 _LISTING_TYPES = re.compile(r"text/html|application/xhtml|application/json|text/xml|"
                             r"application/xml")
@@ -78,18 +77,6 @@ def directory_url(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
-def _auth_options(auth: RequestAuth) -> list[tuple[int, object]]:
-    """What every handle of a crawl with `auth` carries. With request headers libcurl follows
-    no redirect (it would carry X-Api-Key to another host); the engine follows a file's, each
-    hop with its own host's headers. --netrc: libcurl sends a host's entry to it alone."""
-    options: list[tuple[int, object]] = []
-    if auth.headers:
-        options.append((pycurl.FOLLOWLOCATION, 0))
-    if auth.netrc:
-        options.append((pycurl.NETRC, pycurl.NETRC_OPTIONAL))
-    return options
-
-
 class IndexSource:
     def __init__(self, url: str, crawl: CrawlOptions, timeouts: Timeouts,
                  max_page_size: int, tls: TlsOptions | None = None,
@@ -103,7 +90,7 @@ class IndexSource:
         auth = auth or RequestAuth()
         # Every listing and file is under the top URL: its origin alone gets the headers.
         self.headers = HostHeaders(auth, (self.top,)) if auth.headers else None
-        self.curl_options = tuple(_auth_options(auth))
+        self.curl_options = tuple(auth_curl_options(auth))
         lines = [(pycurl.HTTPHEADER, self.headers(self.top))] if self.headers else []
         self.lists = ListHandle(timeouts, self.tls, max_page_size,
                                 [*self.curl_options, *lines])
@@ -256,7 +243,7 @@ def _read_sidecar(item: str, body: bytes) -> dict[str, str]:
     digest = words[0].decode("ascii", "replace").lower()
     named = words[1].strip().lstrip(b"*").decode("utf-8", "replace") if len(words) > 1 \
         else ""
-    if len(digest) != HEX_LENGTHS[algorithm] or not all(c in _HEX for c in digest) or (
+    if len(digest) != HEX_LENGTHS[algorithm] or digest.strip("0123456789abcdef") or (
             named and named.rpartition("/")[2] != target.rpartition("/")[2]):
         return {}
     return {target: ("sha256:" if algorithm == "sha256" else "") + digest}
@@ -272,10 +259,9 @@ def answers_a_listing(url: str, timeouts: Timeouts, tls: TlsOptions,
     except UsageError:
         return None
     auth = auth or RequestAuth()
-    lines = [(pycurl.HTTPHEADER, [f"{name}: {value}" for name, value in auth.headers])] \
-        if auth.headers else []
+    lines = [(pycurl.HTTPHEADER, HostHeaders(auth, (top,))(top))] if auth.headers else []
     handle = ListHandle(timeouts, tls, DEFAULT_MAX_PAGE_SIZE,
-                        [*_auth_options(auth), *lines]).new()
+                        [*auth_curl_options(auth), *lines]).new()
     handle.setopt(pycurl.TIMEOUT_MS, int(min(PROBE_TIMEOUT_S, timeouts.total_s or
                                              PROBE_TIMEOUT_S) * 1000))
     try:

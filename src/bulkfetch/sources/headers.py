@@ -18,6 +18,8 @@ import sys
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+import pycurl
+
 from bulkfetch.config import RequestAuth
 from bulkfetch.errors import UsageError
 from bulkfetch.util.redact import register_secret
@@ -144,3 +146,15 @@ class HostHeaders:
                 self._by_prefix.clear()
             self._by_prefix[prefix] = lines
         return lines
+
+
+def auth_curl_options(auth: RequestAuth) -> list[tuple[int, object]]:
+    """What every handle of a source with `auth` carries. With request headers libcurl
+    follows no redirect (it would carry X-Api-Key to another host): the engine follows each
+    hop with its own host's headers. --netrc: libcurl sends a host's entry to it alone."""
+    options: list[tuple[int, object]] = []
+    if auth.headers:
+        options.append((pycurl.FOLLOWLOCATION, 0))
+    if auth.netrc:
+        options.append((pycurl.NETRC, pycurl.NETRC_OPTIONAL))
+    return options

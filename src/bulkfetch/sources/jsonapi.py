@@ -37,7 +37,7 @@ from bulkfetch.sources.fileserver import (
     not_http,
     redact,
 )
-from bulkfetch.sources.headers import HostHeaders
+from bulkfetch.sources.headers import HostHeaders, auth_curl_options
 from bulkfetch.sources.jsonpaths import column, compile_path, hex_digests, size_of
 from bulkfetch.sources.list_handle import ListHandle
 from bulkfetch.sources.listed import ListedPage, ListingError, listing_transfer_error
@@ -107,13 +107,9 @@ class JsonApiSource:
         if self.auth.headers:
             self.headers = HostHeaders(self.auth, (self.list_url, self._get_prefix))
             self.list_headers = HostHeaders(self.auth, (self.list_url,))
-        options: list[tuple[int, object]] = []
-        if self.headers is not None:
-            options.append((pycurl.FOLLOWLOCATION, 0))
-        if self.auth.netrc:
-            options.append((pycurl.NETRC, pycurl.NETRC_OPTIONAL))
         # (the same options go on every handle: Abilities.curl_options)
-        self.list_handle = ListHandle(self.timeouts, self.tls, self.max_page_size, options)
+        self.list_handle = ListHandle(self.timeouts, self.tls, self.max_page_size,
+                                      auth_curl_options(self.auth))
 
     def describe(self) -> str:
         return redact(self.list_url)
