@@ -199,7 +199,8 @@ def test_an_unchanged_pass_moves_no_body_and_a_changed_file_is_fetched(
     assert synced["files_ok"] == FILES and synced["files_failed"] == 0
     refetched = sorted({target for status, _, target in answers if status == 200})
     assert len(refetched) == CHANGED, refetched  # (a streamed one: asked twice, see above)
-    assert sum(1 for status, _, _ in answers if status == 304) == FILES - CHANGED
+    # distinct files: a hedge or redial against the backlog of 5 may ask one twice
+    assert len({target for status, _, target in answers if status == 304}) == FILES - CHANGED
     assert _dest_files(dest) == _site_files(site)  # DEST equals a fresh download
 
     # and a pass after that is all 304s again: the changed files' new validators were kept
