@@ -387,7 +387,7 @@ class TlsOptions:
 
 
 RUNNERS = ("local", "ray")
-LEASE_S = 30.0  # --lease: tens of seconds, far above an actor's healthy half-second answers
+LEASE_S = 30.0  # --lease: tens of seconds, far above a worker's healthy tenth-of-a-second ticks
 MIN_LEASE_S = 2.0
 
 
@@ -399,7 +399,7 @@ class RunnerOptions:
     kind: str = "local"
     ray_address: str | None = None  # "auto", HOST:PORT, ray://...; None: RAY_ADDRESS or new
     workers_given: bool = False  # --workers given: caps the actors (else one per CPU)
-    # an actor silent this long (no answer to the driver) loses its pages (runners/ray_pool.py)
+    # a worker or actor silent this long loses its pages (runners/holdings.py)
     lease_s: float = LEASE_S
 
     def __post_init__(self) -> None:
@@ -408,10 +408,9 @@ class RunnerOptions:
         if self.ray_address is not None and self.kind != "ray":
             raise UsageError("--ray-address is for --runner ray")
         if not self.lease_s >= MIN_LEASE_S:
-            raise UsageError(f"--lease must be at least {MIN_LEASE_S:g} seconds (an actor "
-                             "answers about twice a second when healthy)")
-        if self.lease_s != LEASE_S and self.kind != "ray":
-            raise UsageError("--lease applies to --runner ray's actors")
+            raise UsageError(f"--lease must be at least {MIN_LEASE_S:g} seconds (a worker "
+                             "says something about ten times a second when healthy, an "
+                             "actor about twice)")
 
 
 @dataclass(frozen=True)

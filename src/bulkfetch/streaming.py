@@ -137,6 +137,10 @@ class Stream:
                         for report in message[2]:
                             for failure in report.failures:
                                 yield from self._failed(failure)
+                    elif kind == "lost":  # a worker killed (the OOM killer) or frozen:
+                        # its pages' bodies may be half given already, so no second try
+                        raise BulkfetchError(f"worker {message[1]} lost ({message[4]}); the "
+                                             "stream stops")
                     elif kind == "fatal":  # ("fatal", message[, usage])
                         error = UsageError if len(message) > 2 and message[2] else \
                             BulkfetchError
@@ -211,3 +215,4 @@ def _drain(pool: Any) -> None:
             break
         exited += sum(1 for message in messages if message[0] == "exit")
     pool.join()
+    pool.close()

@@ -3,6 +3,7 @@ formula, what DEST holds, and running the real CLI."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -12,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -193,3 +195,28 @@ def start_http_server(directory: Path, log: Path) -> tuple[subprocess.Popen[byte
             return process, port
         except OSError:
             time.sleep(0.05)
+
+
+def tar_members(dest: Path) -> collections.Counter[str]:
+    """Every member of every finished shard, read with tarfile, with its MD5 checked
+    against the index."""
+    md5 = dict(index_rows(dest, "SELECT name, md5 FROM members"))
+    seen: collections.Counter[str] = collections.Counter()
+    for shard in sorted(dest.glob("shard-*.tar")):
+        with tarfile.open(shard) as archive:
+            for member in archive:
+                body = archive.extractfile(member)
+                assert body is not None
+                assert hashlib.md5(body.read()).hexdigest() == md5[member.name], member.name
+                seen[member.name] += 1
+    assert not list(dest.glob("shard-*.tar.part"))
+    return seen
+
+
+def assert_tar_exactly_once(dest: Path, files: int) -> None:
+    expected = expected_files(files)
+    seen = tar_members(dest)
+    assert set(seen) == set(expected), sorted(set(seen) ^ set(expected))[:5]
+    assert max(seen.values()) == 1, [name for name, n in seen.items() if n > 1][:5]
+    stored = dict(index_rows(dest, "SELECT name, md5 FROM members"))
+    assert stored == expected

@@ -13,7 +13,7 @@ import pytest
 
 from bulkfetch.models import PageReport
 from bulkfetch.sinks.base import SinkFailure, SinkFatal, Spool
-from bulkfetch.sinks.directory import SUMS_DIR, TMP_DIR, DirectorySink
+from bulkfetch.sinks.directory import SUMS_DIR, TMP_DIR, DirectorySink, fence
 from bulkfetch.sinks.null import NullSink
 
 
@@ -223,3 +223,24 @@ def test_validators_are_kept_beside_the_sums_lines(sink: DirectorySink) -> None:
     sink.end_page(PageReport(0, ok=1, bytes=0))
     companion = (sink.dest / SUMS_DIR / sink.sums_name).with_suffix(".http")
     assert companion.read_text() == '"5f-1" Sun,_29_Nov_2026_04:00:00_GMT  a\n'
+
+
+def test_a_fenced_worker_stores_nothing_more(sink: DirectorySink) -> None:
+    """The coordinator gave the worker up for lost (a Ray actor on a node cut off, its
+    pages sent to others) and removed its temporary directory: whatever it finishes after
+    that, small body, spooled one or resumable partial file, never lands in DEST."""
+    sink.write("before", b"stored before the fence")
+    spooled = spool(sink, "spooled", BIG)  # in flight across the fence
+    partial = sink.open_partial("k" * 32)
+    partial.write(BIG)
+    fence(sink.dest, 0)
+    assert not (sink.dest / TMP_DIR / "w0").exists()
+    with pytest.raises(SinkFatal, match="given up for lost"):
+        sink.write("after", b"written after the fence")
+    with pytest.raises(SinkFatal, match="given up for lost"):
+        sink.store_spool(0, "spooled", spooled, len(BIG), "")
+    with pytest.raises(SinkFatal, match="given up for lost"):
+        sink.store_spool(0, "partial", partial, len(BIG), "")
+    assert sorted(os.listdir(sink.dest)) == [".bulkfetch", "before"]
+    fence(sink.dest, 0)  # (again, or for a worker that never made one: nothing to do)
+    fence(sink.dest, 7)

@@ -14,6 +14,7 @@ import pytest
 from bulkfetch.api import build_options
 from bulkfetch.errors import UsageError
 from bulkfetch.models import Page
+from bulkfetch.runners.holdings import LeaseClock
 from bulkfetch.runners.ray_pool import RayPool, _Actor
 
 LEASE = 5.0
@@ -55,7 +56,7 @@ def pool() -> RayPool:
     made.ray = FakeRay()
     made.actors, made.by_call, made.said = {}, {}, []
     made.finishing, made.missing, made.next_room_check = False, 0, 0.0
-    made.gone_why, made.empty_since, made.lease_s = None, None, LEASE
+    made.gone_why, made.empty_since, made.clock = None, None, LeaseClock(LEASE)
     return made
 
 
@@ -112,11 +113,9 @@ def test_a_replacement_waiting_for_its_node_has_no_lease_yet() -> None:
     assert made._lapse() == [] and made.ray.killed == []
 
 
-@pytest.mark.parametrize(("given", "words"), [
-    (dict(runner="ray", lease=1), "at least 2"),
-    (dict(lease=10), "--lease applies to --runner ray"),
-])
-def test_a_lease_too_short_or_without_ray_is_a_usage_error(tmp_path: Any, given: dict,
-                                                           words: str) -> None:
-    with pytest.raises(UsageError, match=words):
-        build_options("http://127.0.0.1:1/", tmp_path / "d", **given)
+@pytest.mark.parametrize("runner", ["ray", "local"])
+def test_a_lease_too_short_is_a_usage_error(tmp_path: Any, runner: str) -> None:
+    with pytest.raises(UsageError, match="at least 2"):
+        build_options("http://127.0.0.1:1/", tmp_path / "d", runner=runner, lease=1)
+    assert build_options("http://127.0.0.1:1/", tmp_path / "d", runner="local",
+                         lease=10).runner.lease_s == 10

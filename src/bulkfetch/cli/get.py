@@ -84,9 +84,9 @@ class _Get(click.Command):
                    "this run]")
 @click.option("--lease", type=click.FloatRange(min=MIN_LEASE_S), default=None,
               metavar="SECONDS",
-              help="With --runner ray: an actor that answers nothing for this long (stopped, "
-                   "a long GC pause, a hung mount, its node cut off) is stopped and its pages "
-                   "go to the others. [default: 30]")
+              help="A worker process or Ray actor that says nothing for this long (stopped, "
+                   "a long GC pause, a hung mount, its node cut off) is stopped, its pages go "
+                   "to the others, and a new one takes its place. [default: 30]")
 @click.option("-c", "--concurrency", default="auto", show_default=True, metavar="N|auto",
               help="Transfers in flight per worker. auto: start at 4 (a resumed run: near "
                    "what the host took before) and measure: double while files/s rises, then "

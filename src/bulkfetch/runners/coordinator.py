@@ -9,10 +9,8 @@ messages up, so the local runner's processes and a cluster's actors share this c
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import queue
-import shutil
 import sqlite3
 import time
 from collections import deque
@@ -36,7 +34,7 @@ from bulkfetch.runners.pool import Message, WorkerPool
 from bulkfetch.runners.rate_shares import RateShares
 from bulkfetch.runners.signals import Interrupt, say
 from bulkfetch.runners.sync import SyncIndex
-from bulkfetch.sinks.directory import TMP_DIR, worker_tmp_name
+from bulkfetch.sinks.directory import fence
 from bulkfetch.sources.base import unusable_name
 from bulkfetch.sources.listed import listed_metadata, listed_mtimes
 from bulkfetch.util.samples import split_key
@@ -81,7 +79,7 @@ class Coordinator:
         # The journal cannot be written (disk full, I/O error): stop, as for a sink's fatal
         self.journal_broken = False
         self.usage_error = False  # the run stopped on what only the user can fix (exit 2)
-        # Pages a lost worker (a Ray actor that died) had not made durable: sent again first
+        # Pages a lost worker (killed, frozen past --lease) had not made durable: sent again first
         self.requeue: deque[Page] = deque()
         self.pages_reassigned = 0
         self.leases_lapsed = 0  # workers lost for their silence (ray_pool.py)
@@ -254,9 +252,10 @@ class Coordinator:
             self.pages_out += 1
 
     def _lost(self, worker: int, pages: list[Page], unfetched: int, why: str) -> None:
-        """A worker died mid-run (a Ray actor's process or node): what it had made durable
-        stays done; the rest of its pages go to the other workers. Its tar shards that were
-        indexed count (their reports may have died with it), its .tar.part never will."""
+        """A worker was lost mid-run (its process or node died, or it was silent past
+        --lease): what it had made durable stays done; the rest of its pages go to the
+        other workers. Its tar shards that were indexed count (their reports may have died
+        with it), its .tar.part never will, and its temporary directory is removed."""
         self.lost_workers[worker] = why
         self.pages_out -= unfetched
         tick = self.ticks.get(worker)
@@ -276,8 +275,12 @@ class Coordinator:
                 self._fail_run(f"cannot settle the shards of lost worker {worker}: {exc}; "
                                "rerun the same command to resume")
                 return
-        with contextlib.suppress(OSError):
-            shutil.rmtree(dest / TMP_DIR / worker_tmp_name(worker))
+        try:
+            fence(dest, worker)  # (a worker that wakes stores no file: sinks/directory.py)
+        except OSError as exc:
+            self._fail_run(f"cannot fence off lost worker {worker}: {exc}; rerun the same "
+                           "command to resume")
+            return
         again = [page for page in pages if page.seq not in recovered]
         self.requeue.extend(sorted(again, key=lambda page: page.seq))
         self.pages_reassigned += len(again)

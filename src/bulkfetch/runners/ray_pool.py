@@ -42,7 +42,8 @@ from bulkfetch.config import GetOptions
 from bulkfetch.engine.worker import worker_main
 from bulkfetch.errors import UsageError
 from bulkfetch.models import Page
-from bulkfetch.runners.pool import Message, take_all
+from bulkfetch.runners.holdings import Holding, LeaseClock, Message
+from bulkfetch.runners.pool import take_all
 from bulkfetch.runners.rate_shares import Shares
 
 EXCHANGE_WAIT_S = 0.5  # an actor's reply waits at most this for its worker's first message
@@ -103,7 +104,7 @@ def _sees(path: str, token: str) -> bool:
 
 
 @dataclass
-class _Actor:
+class _Actor(Holding):
     worker: int
     handle: Any
     node_ref: Any = None  # its node_id() call, asked at creation, read when needed
@@ -111,16 +112,12 @@ class _Actor:
     call: Any = None  # the outstanding exchange's ObjectRef
     ready: bool = False  # it has answered once (a replacement may wait for a node)
     pending: list[Page] = field(default_factory=list)  # assigned, not handed over yet
-    held: dict[int, Page] = field(default_factory=dict)  # no durable report yet, by seq
-    unfetched: int = 0
     finish: bool = False
     finish_sent: bool = False
     stop: bool = False
     exited: bool = False
     dead: bool = False
     share: Shares | None = None  # of --limit-rate and --max-rps, sent with each exchange
-    heard: float = field(default_factory=time.monotonic)  # its last answer: the lease's start
-    lapsed: float | None = None  # when its lease lapsed and it was killed
 
 
 class RayPool:
@@ -146,7 +143,7 @@ class RayPool:
         self.missing = 0  # actors lost and not replaced yet
         self.next_room_check = 0.0
         self.empty_since: float | None = None
-        self.lease_s = options.runner.lease_s
+        self.clock = LeaseClock(options.runner.lease_s)
         # The actors' working directory is not ours: they get absolute paths (the driver
         # keeps the options as given, which its journal's fingerprint holds).
         self.actor_options = dataclasses.replace(
@@ -265,8 +262,7 @@ class RayPool:
             return
         actor = min(candidates, key=lambda a: (a.unfetched, a.call is not None))
         actor.pending.append(page)
-        actor.held[page.seq] = page
-        actor.unfetched += 1
+        actor.give(page)
         self._call(actor)
 
     def receive(self, timeout: float) -> list[Message]:
@@ -289,17 +285,10 @@ class RayPool:
                 answer = self.ray.get(call)
             except self.ray.exceptions.RayError as exc:
                 messages += self._lost(actor, exc if actor.lapsed is None
-                                       else TimeoutError(self._silence()))
+                                       else TimeoutError(self.clock.why()))
                 continue
             actor.ready = True  # a replacement's first answer: it has a node now
-            actor.heard = time.monotonic()
-            for message in answer:
-                if message[0] == "pages":
-                    actor.unfetched -= message[1]
-                    for report in message[2]:
-                        actor.held.pop(report.seq, None)
-                elif message[0] == "exit":
-                    actor.exited = True
+            actor.exited = actor.hear(answer, time.monotonic()) or actor.exited
             messages += answer
             if actor.exited and actor.held and not self.finishing:
                 # it stopped by itself holding pages: its node's raylet is gone (a worker
@@ -312,33 +301,27 @@ class RayPool:
     def _lapse(self) -> list[Message]:
         """Kill each actor silent past its lease; give away the pages of one whose kill Ray
         has not confirmed within another lease."""
-        now, lost = time.monotonic(), []
+        now, lost = self.clock.look(self._live()), []
         for actor in self._live():
             if not actor.ready or actor.call is None:
                 continue
-            if actor.lapsed is None and now - actor.heard > self.lease_s:
+            if self.clock.silent(actor, now):
                 actor.lapsed = now
                 with contextlib.suppress(Exception):
                     self.ray.kill(actor.handle, no_restart=True)
-            elif actor.lapsed is not None and now - actor.lapsed > self.lease_s:
+            elif self.clock.unanswered(actor, now):
                 self.by_call.pop(actor.call, None)
                 actor.call = None
-                lost += self._lost(actor, TimeoutError(self._silence()))
+                lost += self._lost(actor, TimeoutError(self.clock.why()))
         return lost
-
-    def _silence(self) -> str:
-        return f"silent for {self.lease_s:g} s (--lease): frozen, or its node cut off"
 
     def _lost(self, actor: _Actor, exc: Exception) -> list[Message]:
         said_exit, actor.dead = actor.exited, True
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         why = f"{type(exc).__name__}: {why[:200]}"
-        pages = sorted(actor.held.values(), key=lambda page: page.seq)
-        lost: list[Message] = [("lost", actor.worker, pages, actor.unfetched, why,
-                                actor.lapsed is not None)]
+        lost = [actor.surrender(actor.worker, why)]
         if not said_exit:
             lost.append(("exit", actor.worker))
-        actor.held, actor.unfetched = {}, 0
         with contextlib.suppress(Exception):
             self.ray.kill(actor.handle, no_restart=True)
         self.missing += 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -39,6 +40,23 @@ TMP_DIR = ".bulkfetch/tmp"
 def worker_tmp_name(worker: int) -> str:
     """A worker's own directory under TMP_DIR (what a lost worker leaves is removed by it)."""
     return f"w{worker}"
+
+
+def fence(dest: Path, worker: int) -> None:
+    """Remove the temporary directory of a worker given up for lost, so that it stores
+    nothing more if it wakes (a Ray actor on a node cut off): each file is created there
+    first, and a removed directory takes no new entry, not even through the descriptor the
+    worker holds. Raises OSError if the directory stays."""
+    path = dest / TMP_DIR / worker_tmp_name(worker)
+    for _ in range(10):  # a file it created meanwhile fails the last rmdir: again
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            return
+    raise OSError(errno.ENOTEMPTY, f"cannot remove {path}")
+
+
+FENCED = ("this worker was given up for lost (its temporary directory was removed): its "
+          "pages went to other workers, and it stores nothing more")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_DIRS = 256
@@ -144,6 +162,8 @@ class DirectorySink:
         try:
             fd = os.open(temporary, _FILE_FLAGS, 0o644, dir_fd=self.tmp_fd)
         except OSError as exc:
+            if self._fenced():
+                raise SinkFatal(FENCED) from None
             raise fatal_or_failure(
                 exc, f"cannot create a temporary file in {self.dest / TMP_DIR}") from None
         try:
@@ -235,16 +255,27 @@ class DirectorySink:
         """Rename the complete file `temporary` in the directory `source` into place as
         `name`, or remove it."""
         try:
+            if source != self.tmp_fd and self._fenced():  # (the partial files' directory)
+                raise SinkFatal(FENCED)
             parent, leaf = self._place(name)
             os.rename(temporary, leaf, src_dir_fd=source, dst_dir_fd=parent)
         except OSError as exc:
             self._discard(temporary, source)
+            if self._fenced():
+                raise SinkFatal(FENCED) from None
             if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
                 raise SinkFailure(f"a directory is in the way of {name}") from None
             raise fatal_or_failure(exc, f"cannot write {name} into {self.dest}") from None
         except BaseException:  # a SinkFailure for the directories on the way
             self._discard(temporary, source)
             raise
+
+    def _fenced(self) -> bool:
+        """Whether the coordinator removed this worker's temporary directory (fence())."""
+        try:
+            return os.fstat(self.tmp_fd).st_nlink == 0
+        except OSError:  # a stale handle (NFS): removed by another host
+            return True
 
     def _place(self, name: str) -> tuple[int, str]:
         """(an fd of the directory `name` goes in, made as needed; its last component). A
