@@ -39,7 +39,8 @@ SPLITTABLE = ("Content-Length: 1000", "Accept-Ranges: bytes", 'ETag: "abc"')
 
 def test_a_file_goes_by_ranges_only_when_the_server_makes_it_safe() -> None:
     plan = split_plan(lines(*SPLITTABLE))
-    assert plan == SplitPlan(1000, '"abc"', {})
+    # (its validator kept for get --sync: a strong ETag, else the date)
+    assert plan == SplitPlan(1000, '"abc"', {}, kept=('"abc"', ""))
     assert split_plan(lines(*SPLITTABLE[:2])) is None  # no validator
     assert split_plan(lines(SPLITTABLE[0], SPLITTABLE[2])) is None  # no ranges
     assert split_plan(lines(*SPLITTABLE[1:])) is None  # no length
@@ -47,6 +48,9 @@ def test_a_file_goes_by_ranges_only_when_the_server_makes_it_safe() -> None:
     weak = split_plan(lines(*SPLITTABLE[:2], 'ETag: W/"abc"',
                             "Last-Modified: Wed, 01 Jan 2025 00:00:00 GMT"))
     assert weak is not None and weak.validator == "Wed, 01 Jan 2025 00:00:00 GMT"
+    assert weak.kept == ("", "Wed, 01 Jan 2025 00:00:00 GMT")
+    md5 = split_plan(lines(*SPLITTABLE, "Content-MD5: rL0Y20zC+Fzt72VPzMSk2A=="))
+    assert md5 is not None and "md5" in md5.stated and md5.kept is None  # the sums line is
 
 
 @pytest.mark.parametrize(("total", "connections"), [

@@ -65,6 +65,14 @@ def http_validators(lines: list[bytes], lowered: bytes | None = None
     return "", modified.decode("latin-1")
 
 
+def kept_validator(validator: str) -> tuple[str, str] | None:
+    """http_validators() of the one validator a file fetched in ranges was asked with in
+    If-Range (a strong ETag, else a Last-Modified date)."""
+    name = b"etag" if validator.startswith('"') else b"last-modified"
+    return http_validators([b"HTTP/1.1 200 OK\r\n",
+                            name + b": " + validator.encode("latin-1", "replace") + b"\r\n"])
+
+
 def _value(raw: bytes, lowered: bytes, name: bytes, start: int) -> bytes:
     """The value of the last header `name` ("\\nname:") at or after `start`, b"" if none."""
     at = lowered.rfind(name, start)  # (a header line follows the status line: "\n" first)

@@ -22,7 +22,7 @@ from typing import Any
 import pycurl
 
 from bulkfetch.config import GetOptions
-from bulkfetch.dest.validators import http_validators
+from bulkfetch.dest.validators import http_validators, kept_validator
 from bulkfetch.engine import resume, spooling
 from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.layouts import PartLayouts
@@ -168,7 +168,9 @@ class BigFiles:
         if pinned is not None and pinned.contradicts(record.total, stated) is not None:
             spool.discard()  # another file than the one listed now: start it over
             return False
-        plan = SplitPlan(record.total, record.validator, stated).pin(pinned)
+        plan = SplitPlan(record.total, record.validator, stated,
+                         kept=None if "md5" in stated else kept_validator(record.validator)
+                         ).pin(pinned)
         self._begin(RangedFile.resumed(transfer, spool, plan, self.parts, record.parts), record)
         return True
 
@@ -354,13 +356,13 @@ class BigFiles:
         way = checked_way(body.stated) if transfers.verify and not cut_otherwise else BY_SIZE
         # validators kept, as for a small body, when no MD5 was stated (the ETag is not one)
         self._store(transfer, body.spool, body.size, body.md5.hexdigest(), way,
-                    None if "md5" in body.stated else body.lines)
+                    None if "md5" in body.stated else http_validators(body.lines))
 
     def _store(self, transfer: tuple[Any, ...], spool: Any, size: int, md5: str,
-               way: int, lines: list[bytes] | None = None) -> bool:
+               way: int, validators: tuple[str, str] | None = None) -> bool:
         """Hand `spool` to the sink; False when the sink refused it (the file failed).
-        `lines`: the header lines of a stream that stated no MD5, whose validators the sink
-        may keep."""
+        `validators`: (ETag, Last-Modified) of a body that stated no MD5, which the sink
+        may keep for get --sync (dest/validators.py)."""
         state, name = transfer[0], transfer[1]
         transfers = self.transfers
         self.layouts.forget(name)
@@ -369,10 +371,8 @@ class BigFiles:
         except SinkFailure as exc:
             transfers.fail(state, name, str(exc), transfer[3], transfer[2], in_gate=False)
             return False
-        if lines and self.keep_validators is not None:
-            validators = http_validators(lines)  # (before the page may end, just below)
-            if validators is not None:
-                self.keep_validators(name, *validators)
+        if validators is not None and self.keep_validators is not None:
+            self.keep_validators(name, *validators)  # (before the page may end, just below)
         transfers.checked[way] += 1
         transfers.pages.stored(state, size)
         return True

@@ -29,6 +29,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from bulkfetch.dest.validators import kept_validator
 from bulkfetch.engine.digests import (
     NoMd5,
     final_headers,
@@ -57,13 +58,16 @@ class SplitPlan:
     validator: str  # sent back in If-Range
     stated: dict[str, bytes]  # the whole file's digests the response stated
     vouched_by: str = ""  # `stated` is what this vouches for (digests.Pinned), not the server
+    # (ETag, Last-Modified) for get --sync to ask with later, when the response stated no
+    # MD5 (dest/validators.py; a stated MD5 is kept in the sums instead)
+    kept: tuple[str, str] | None = None
 
     def pin(self, pinned: Pinned | None) -> SplitPlan:
         """This plan with the digest the source vouches for in place of the server's."""
         if pinned is None or not pinned.algorithm:
             return self
         return SplitPlan(self.total, self.validator, pinned.stated(self.stated),
-                         pinned.vouched_by)
+                         pinned.vouched_by, self.kept)
 
 
 def split_plan(lines: list[bytes]) -> SplitPlan | None:
@@ -80,7 +84,9 @@ def split_plan(lines: list[bytes]) -> SplitPlan | None:
     validator = etag if etag.startswith('"') else headers.get("last-modified", "")
     if not validator:  # nothing would tell a changed file from the one we started
         return None
-    return SplitPlan(int(length), validator, stated_digests(headers))
+    stated = stated_digests(headers)
+    return SplitPlan(int(length), validator, stated,
+                     kept=None if "md5" in stated else kept_validator(validator))
 
 
 def piece_ranges(total: int, connections: int) -> list[tuple[int, int]]:

@@ -37,7 +37,7 @@ DURABLE_S = 10.0
 CHECKPOINT_MIN = 1 << 20
 
 # (transfer, spool, size, hex MD5, how it was checked) -> whether the sink took it
-Store = Callable[[tuple[Any, ...], Any, int, str, int], bool]
+Store = Callable[[tuple[Any, ...], Any, int, str, int, tuple[str, str] | None], bool]
 
 
 class RangedFiles:
@@ -118,7 +118,7 @@ class RangedFiles:
                 self.size_only += 1
             resume.remove(ranged.spool.dir_fd, ranged.spool.name)
             if self.store(ranged.transfer, ranged.spool, ranged.plan.total,
-                          ranged.md5.hexdigest(), way):
+                          ranged.md5.hexdigest(), way, ranged.plan.kept):
                 self.continued += ranged.carried
 
     def _checkpoint(self, ranged: RangedFile, durable: bool, now: bool = False) -> None:
