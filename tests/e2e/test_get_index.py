@@ -769,3 +769,19 @@ def test_request_headers_open_a_tree_and_never_follow_a_redirect_elsewhere(
         assert NOTICE.format(url=url).split(":")[0] in proc.stderr
     sent = (Path(nginx.log.path).parent / "elsewhere.log").read_text().splitlines()
     assert sent and all(line.endswith("key=-") for line in sent), sent  # never the key
+
+
+@pytest.mark.nginx
+def test_ls_lists_a_tree_behind_request_headers(nginx: Served, tree: Tree,
+                                                tmp_path: Path) -> None:
+    url = nginx.url + "keyed/"
+    refused = cli("ls", url)
+    assert refused.returncode != 0 and "credentials" in refused.stderr, refused.stderr
+    key_file = tmp_path / "key"
+    key_file.write_text(f"X-Api-Key: {API_KEY}\n")
+    listed = cli("ls", url, "--header-file", str(key_file))
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(listed.stdout.splitlines()) == sorted(KEYED)
+    assert API_KEY not in listed.stdout + listed.stderr
+    wrong = cli("ls", str(tmp_path), "--header", "X-Api-Key: x")
+    assert wrong.returncode == 2 and "--header" in wrong.stderr, wrong.stderr

@@ -81,6 +81,8 @@ _OPTIONS = [
     click.option("--allow-cross-host-pages", is_flag=True, default=None,
                  help="url/link: follow a next page on another host than the listing's "
                       "(headers are still sent to the listing's host only)."),
+]
+_HEADER_OPTIONS = [
     click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
                  help="Send this header with listing and file requests, only to the "
                       "listing's host and the files' hosts, never across a redirect to "
@@ -102,6 +104,13 @@ _OPTIONS = [
 
 def api_options(command: F) -> F:
     """Decorate `get` with the listing-shape and header flags."""
-    for option in reversed(_OPTIONS):
+    for option in reversed(_OPTIONS + _HEADER_OPTIONS):
+        command = option(command)
+    return command
+
+
+def header_options(command: F) -> F:
+    """Decorate `ls` with the header flags (for a directory tree's listings)."""
+    for option in reversed(_HEADER_OPTIONS):
         command = option(command)
     return command

@@ -19,6 +19,7 @@ from typing import Any
 import click
 from rich.filesize import decimal
 
+from bulkfetch.cli.api_flags import header_options
 from bulkfetch.cli.remote_ls import list_bucket, list_tree
 from bulkfetch.cli.s3_flags import s3_options, tls_options
 from bulkfetch.dataset import Dataset, open_dataset
@@ -83,7 +84,10 @@ def _opened(dest: str) -> Iterator[Dataset]:
                    "size and name (-1: no exact size listed).")
 @s3_options
 @tls_options
-def ls(dest: str, pattern: str | None, long_format: bool, **s3_flags: Any) -> None:
+@header_options
+def ls(dest: str, pattern: str | None, long_format: bool, headers: tuple[str, ...],
+       header_file: str | None, bearer_env: str | None, netrc: bool,
+       **s3_flags: Any) -> None:
     """List the names stored in DEST (tar shards or a directory), in storage order; or the
     names under s3://BUCKET[/PREFIX] (keys relative to PREFIX), listed in parallel key
     ranges and printed as the ranges come back (pipe to `sort` for key order); or the
@@ -93,6 +97,11 @@ def ls(dest: str, pattern: str | None, long_format: bool, **s3_flags: Any) -> No
     PATTERN is a glob on the whole name: '*' also matches '/', e.g. 'photos/*.jpg'. Names
     holding control characters or backslashes are shown as quoted Python strings.
     """
+    auth = {"headers": headers, "header_file": header_file, "bearer_env": bearer_env,
+            "netrc": netrc}
+    if any(auth.values()) and not dest.lower().startswith(("http://", "https://")):
+        raise click.UsageError("--header, --header-file, --bearer-env and --netrc apply to "
+                               f"a directory tree's http(s):// URL; {dest!r} is not one")
     if dest.startswith("s3://"):
         if pattern is not None:
             s3_flags["include"] = (*s3_flags["include"], pattern)
@@ -103,7 +112,7 @@ def ls(dest: str, pattern: str | None, long_format: bool, **s3_flags: Any) -> No
         if pattern is not None:
             s3_flags["include"] = (*s3_flags["include"], pattern)
         with _stdout_may_close():
-            list_tree(dest, long_format, s3_flags, _shown)
+            list_tree(dest, long_format, s3_flags, auth, _shown)
         return
     if any(value not in (None, False, (), "auto") for value in s3_flags.values()):
         raise click.UsageError("--endpoint-url, --ca-bundle and the other s3:// flags apply "

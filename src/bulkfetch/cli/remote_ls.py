@@ -40,15 +40,17 @@ def list_bucket(url: str, long_format: bool, flags: dict[str, Any],
                        concurrency=options.list_concurrency), long_format, shown)
 
 
-def list_tree(url: str, long_format: bool, flags: dict[str, Any],
+def list_tree(url: str, long_format: bool, flags: dict[str, Any], auth: dict[str, Any],
               shown: Callable[[str], str]) -> None:
     """Print the files of the directory tree under `url` (paths relative to it); with
-    `long_format`, size TAB name (-1: the listing gives no exact size)."""
+    `long_format`, size TAB name (-1: the listing gives no exact size). `auth`: the header
+    flags (sources/headers.py build_auth's arguments)."""
     from bulkfetch.config import CrawlOptions, RetryPolicy, Timeouts
     from bulkfetch.errors import UsageError
     from bulkfetch.listing.tree_lister import TreeLister
     from bulkfetch.net.tls import resolve_tls
     from bulkfetch.sources.crawl import IndexSource
+    from bulkfetch.sources.headers import build_auth
 
     s3_only = [f"--{name.replace('_', '-')}" for name in
                ("endpoint_url", "region", "profile", "no_sign_request")
@@ -61,7 +63,7 @@ def list_tree(url: str, long_format: bool, flags: dict[str, Any],
         crawl = CrawlOptions(flags["max_depth"], tuple(flags["include"]),
                              tuple(flags["exclude"]),
                              flags["list_concurrency"] or CrawlOptions.list_concurrency)
-        source = IndexSource(url, crawl, Timeouts(), 16 << 20, tls)
+        source = IndexSource(url, crawl, Timeouts(), 16 << 20, tls, build_auth(**auth))
     except UsageError as exc:
         raise click.UsageError(str(exc)) from None
     _warn_insecure(tls.insecure)
