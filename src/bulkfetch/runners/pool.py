@@ -125,7 +125,6 @@ class ProcessPool:
         self.procs: dict[int, _Process] = {}  # by worker number
         self.by_fd: dict[int, _Process] = {}
         self.clock = LeaseClock(options.runner.lease_s)
-        self.said: list[Message] = []  # the pool's own messages, given with the next receive
         self.finishing = False
         self.failed: str | None = None  # why a worker ended by itself before the run did
         self.replaced = 0
@@ -164,8 +163,8 @@ class ProcessPool:
         proc.tasks.put(page)
 
     def receive(self, timeout: float) -> list[Message]:
-        messages, self.said = self.said, []
-        taken, ended = self.inboxes.take(0 if messages else timeout)
+        messages: list[Message] = []
+        taken, ended = self.inboxes.take(timeout)
         now = self.clock.look(self._live())
         for fd, said in taken.items():
             proc = self.by_fd[fd]
