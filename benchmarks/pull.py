@@ -41,7 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bulkfetch.testing.registry import BlobHost, LayerSpec, Registry, build_image, build_index, push
+from bulkfetch.testing.images import LayerSpec, build_image, build_index, push
+from bulkfetch.testing.registry import BlobHost, Registry
 from bulkfetch.util.sizes import parse_bytes
 from harness import Measured, bulkfetch_command, log, run_measured
 

@@ -54,7 +54,8 @@ def oci_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciImage]:
     if missing:
         pytest.skip(f"the OCI source needs {' and '.join(missing)} (bash .ci/run installs them)")
     from bulkfetch.oci.pull import PullOptions, PullResult, engine_options, plan_blobs, resolve
-    from bulkfetch.testing.registry import LayerSpec, Registry, build_image, push
+    from bulkfetch.testing.images import LayerSpec, build_image, push
+    from bulkfetch.testing.registry import Registry
 
     work = tmp_path_factory.mktemp("oci")
     layout = work / "layout"

@@ -19,15 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from bulkfetch.testing.registry import (
-    BlobHost,
-    LayerSpec,
-    Registry,
-    TokenIssuer,
-    build_image,
-    build_index,
-    push,
-)
+from bulkfetch.testing.images import LayerSpec, build_image, build_index, push
+from bulkfetch.testing.registry import BlobHost, Registry, TokenIssuer
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(tool) for tool in ("docker-registry", "skopeo", "umoci")),

@@ -21,16 +21,9 @@ from bulkfetch.server.command import SHAPE_CHOICES, serve
 from bulkfetch.server.dataset import SyntheticDataSet
 from bulkfetch.server.faults import Fault, FaultConfig
 from bulkfetch.server.gates import BearerGate, FileRedirect
+from bulkfetch.server.hf_shape import git_blob_id, lfs_pointer
 from bulkfetch.server.options import ServeOptions, build_app
-from bulkfetch.server.shapes import (
-    GCS_BUCKET,
-    HF_REPO,
-    LISTING_PATHS,
-    SHAPES,
-    ShapeApp,
-    git_blob_id,
-    lfs_pointer,
-)
+from bulkfetch.server.shapes import GCS_BUCKET, HF_REPO, LISTING_PATHS, SHAPES, ShapeApp
 from bulkfetch.sources.autoindex import parse_listing
 from bulkfetch.util.sizes import parse_size_spec
 

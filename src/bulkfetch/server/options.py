@@ -263,6 +263,7 @@ def _shaped(options: ServeOptions, app: App) -> Handler:
     start-up: the bearer check first (a 401 before anything else), then the redirect of
     file GETs, then the shape's routes (or the seed API's)."""
     from bulkfetch.server.gates import BearerGate, FileRedirect, seed_file_target
+    from bulkfetch.server.hf_shape import HF_APPS
     from bulkfetch.server.index_shape import INDEX_APPS
     from bulkfetch.server.shapes import SHAPE_APPS, ShapeApp
 
@@ -274,7 +275,7 @@ def _shaped(options: ServeOptions, app: App) -> Handler:
         if options.shape in INDEX_APPS:
             shaped: ShapeApp = INDEX_APPS[options.shape](app, origin, options.index_fanout)
         else:
-            shaped = SHAPE_APPS[options.shape](app, origin)
+            shaped = {**SHAPE_APPS, **HF_APPS}[options.shape](app, origin)
         handler, is_file = shaped, shaped.file_target
     if options.redirect_files_to is not None:
         handler = FileRedirect(handler, options.redirect_files_to, is_file)
