@@ -232,7 +232,7 @@ class Report(Counts):
     workers: list[dict[str, object]] = field(default_factory=list)
     # Pages a lost worker (a Ray actor or node that died) held, fetched again by the others
     pages_reassigned: int = 0
-    leases_lapsed: int = 0  # of the workers lost, those silent past --lease (Ray actors)
+    leases_lapsed: int = 0  # of the workers lost, those silent past --lease
     # Stragglers (see Tick)
     hedged: int = 0
     hedges_won: int = 0

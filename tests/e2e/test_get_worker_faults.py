@@ -86,7 +86,7 @@ def test_a_stopped_worker_costs_a_lease_not_the_run(
     assert report["leases_lapsed"] == 1 and report["pages_reassigned"] > 0, report
     lost = [worker["lost"] for worker in report["workers"] if worker["lost"]]
     assert len(lost) == 1 and "--lease" in lost[0], report["workers"]
-    assert "silent past --lease" in err
+    assert "1 worker lost (1 silent past --lease)" in err and "of its pages" in err
     assert report["files_ok"] == FILES
     if sink == "tar":
         assert_tar_exactly_once(dest, FILES)
@@ -104,6 +104,6 @@ def test_a_worker_killed_by_the_oom_killer_is_replaced_and_the_run_completes(
     assert report["leases_lapsed"] == 0, report
     lost = [worker["lost"] for worker in report["workers"] if worker["lost"]]
     assert len(lost) == 1 and "signal 9" in lost[0], report["workers"]
-    assert "of its pages go to the others" in err
+    assert "of its pages go to the others" in err and "1 worker lost;" in err
     assert report["files_ok"] == FILES
     assert_tar_exactly_once(dest, FILES)

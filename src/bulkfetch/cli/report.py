@@ -226,8 +226,10 @@ def summary_table(report: Report) -> Table:
     if report.pages_reassigned or lost:
         silent = f" ({report.leases_lapsed:,} silent past --lease)" \
             if report.leases_lapsed else ""
-        table.add_row("", Text(f"{lost:,} workers lost{silent}; {report.pages_reassigned:,} "
-                               "of their pages fetched by the others", style="yellow"))
+        whose = "its" if lost == 1 else "their"
+        table.add_row("", Text(f"{lost:,} worker{'' if lost == 1 else 's'} lost{silent}; "
+                               f"{report.pages_reassigned:,} of {whose} pages fetched by the "
+                               "others", style="yellow"))
     if report.error is not None:
         table.add_row("error", Text(safe_text(report.error), style="red"))
     return table

@@ -82,7 +82,7 @@ class Coordinator:
         # Pages a lost worker (killed, frozen past --lease) had not made durable: sent again first
         self.requeue: deque[Page] = deque()
         self.pages_reassigned = 0
-        self.leases_lapsed = 0  # workers lost for their silence (ray_pool.py)
+        self.leases_lapsed = 0  # workers lost for their silence (runners/holdings.py)
         self.lost_workers: dict[int, str] = {}  # worker -> why it was lost
         # --limit-rate and --max-rps over several workers: shares moved to where the bytes
         # and requests are wanted

@@ -189,8 +189,8 @@ class ProcessPool:
             return [] if proc.exited else [("exit", proc.worker)]
         if self.finishing:
             return [("exit", proc.worker)]
-        why = self.clock.why() if proc.lapsed is not None else \
-            f"killed by signal {-code}{' (the OOM killer?)' if code == -9 else ''}"
+        why = self.clock.why() if proc.lapsed is not None else f"killed by signal {-code}" + (
+            " (SIGKILL: the OOM killer, or kill -9)" if code == -9 else "")
         return self._lose(proc, why)
 
     def _lose(self, proc: _Process, why: str) -> list[Message]:
