@@ -63,24 +63,29 @@ class HfTreeApp(ShapeApp):
             if path.startswith(tree):
                 return self._tree(path[len(tree):], method, target, query, headers, kind)
         rest = path.removeprefix("/datasets/") if path.startswith("/datasets/") else path[1:]
-        repo, resolve, after = rest.partition("/resolve/")
-        if not resolve or repo != HF_REPO:
-            return self._hub_error(404, "Repository not found", "RepoNotFound")
-        revision, _, quoted = after.partition("/")
-        if revision != HF_REVISION:
-            return self._hub_error(404, "Revision Not Found", "RevisionNotFound")
+        quoted, refused = self._in_revision(rest, "/resolve/")
+        if refused is not None:
+            return refused
         if not quoted:
             return self._hub_error(404, "Entry not found", "EntryNotFound")
         return self.file(quoted, method, target, headers)
 
+    def _in_revision(self, rest: str, verb: str) -> tuple[str, Response | None]:
+        """What follows REPO{verb}REVISION/ in `rest`, or the Hub's 404 when the repository
+        or the revision is not the one served."""
+        repo, found, after = rest.partition(verb)
+        if not found or repo != HF_REPO:
+            return "", self._hub_error(404, "Repository not found", "RepoNotFound")
+        revision, _, inner = after.partition("/")
+        if revision != HF_REVISION:
+            return "", self._hub_error(404, "Revision Not Found", "RevisionNotFound")
+        return inner, None
+
     def _tree(self, rest: str, method: str, target: str, query: str,
               headers: dict[str, str], kind: str) -> Response:
-        repo, tree, after = rest.partition("/tree/")
-        if not tree or repo != HF_REPO:
-            return self._hub_error(404, "Repository not found", "RepoNotFound")
-        revision, _, folder = after.partition("/")
-        if revision != HF_REVISION:
-            return self._hub_error(404, "Revision Not Found", "RevisionNotFound")
+        folder, refused = self._in_revision(rest, "/tree/")
+        if refused is not None:
+            return refused
         if folder:
             return self.error(400, "bulkfetch serve lists the whole tree only (every file, "
                                    "as recursive=true); no folder paths")
