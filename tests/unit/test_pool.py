@@ -120,6 +120,30 @@ def test_a_stopped_worker_loses_its_pages_after_a_lease_and_another_takes_its_pl
     assert ended(pool, {1, 2}) == {1, 2}  # (0's exit came with its loss)
 
 
+def test_no_lease_lapses_once_the_run_is_finishing(tmp_path: Path) -> None:
+    """A last shard's flush may be long and silent: the drain, with its own deadline,
+    decides then, not the lease."""
+    pool = started(tmp_path)
+    wait_for(pool, "tick", 10)
+    slow = pool.procs[0]
+    os.kill(slow.process.pid, signal.SIGSTOP)
+    pool.finish(stop_now=False)
+    said: list[Message] = []
+    deadline = time.monotonic() + 2 * LEASE
+    while time.monotonic() < deadline:
+        said += pool.receive(0.1)
+    assert not [message for message in said if message[0] == "lost"]
+    assert slow.process.is_alive() and slow.lapsed is None
+    os.kill(slow.process.pid, signal.SIGCONT)
+    exited = {message[1] for message in said if message[0] == "exit"}
+    deadline = time.monotonic() + 30
+    while exited != {0, 1} and time.monotonic() < deadline:
+        exited |= {message[1] for message in pool.receive(0.2) if message[0] == "exit"}
+    assert exited == {0, 1}
+    pool.join()
+    pool.close()
+
+
 def test_a_killed_worker_is_replaced_at_once(tmp_path: Path) -> None:
     pool = started(tmp_path)
     pool.send(Page(0, None, ("a",)))

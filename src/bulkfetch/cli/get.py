@@ -86,7 +86,8 @@ class _Get(click.Command):
               metavar="SECONDS",
               help="A worker process or Ray actor that says nothing for this long (stopped, "
                    "a long GC pause, a hung mount, its node cut off) is stopped, its pages go "
-                   "to the others, and a new one takes its place. [default: 30]")
+                   "to the others, and a new one takes its place. Keep it above the longest "
+                   "write or fsync DEST may take. [default: 30]")
 @click.option("-c", "--concurrency", default="auto", show_default=True, metavar="N|auto",
               help="Transfers in flight per worker. auto: start at 4 (a resumed run: near "
                    "what the host took before) and measure: double while files/s rises, then "

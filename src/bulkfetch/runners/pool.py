@@ -208,13 +208,17 @@ class ProcessPool:
         return lost
 
     def _lapse(self, now: float) -> list[Message]:
+        """Kill each worker silent past its lease. Not once the run is finishing: its last
+        shard's flush may be long and silent, and the drain has its own deadline."""
         lost: list[Message] = []
+        if self.finishing:
+            return lost
         for proc in self._live():
             if self.clock.silent(proc, now):
                 proc.lapsed = now
                 with contextlib.suppress(OSError):
                     proc.process.kill()  # SIGKILL: a stopped process dies too; its pipe ends
-            elif self.clock.unanswered(proc, now) and not self.finishing:
+            elif self.clock.unanswered(proc, now):
                 # the kill has not landed within a lease (a process stuck in the kernel,
                 # on a hung mount): it can write nothing before it returns, and then dies
                 lost += self._lose(proc, self.clock.why())
