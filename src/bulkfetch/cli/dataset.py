@@ -92,7 +92,8 @@ def ls(dest: str, pattern: str | None, long_format: bool, headers: tuple[str, ..
     names under s3://BUCKET[/PREFIX] (keys relative to PREFIX), listed in parallel key
     ranges and printed as the ranges come back (pipe to `sort` for key order); or the
     files of a web server's directory tree under an http(s):// URL (paths relative to it),
-    directories listed at once, what `get URL DEST` would fetch.
+    directories listed at once, what `get URL DEST` would fetch (a tree behind credentials
+    takes --header, --header-file, --bearer-env or --netrc, as get does).
 
     PATTERN is a glob on the whole name: '*' also matches '/', e.g. 'photos/*.jpg'. Names
     holding control characters or backslashes are shown as quoted Python strings.
