@@ -22,7 +22,10 @@ from getkit import (
     expected_files,
     read_journal,
 )
+from sshfs_kit import sshfs_mount
 
+from bulkfetch.sinks.base import SinkFatal
+from bulkfetch.sinks.directory import TMP_DIR, DirectorySink, fence
 from bulkfetch.testing import ReferenceServer
 
 Start = Callable[..., ReferenceServer]
@@ -107,3 +110,20 @@ def test_a_worker_killed_by_the_oom_killer_is_replaced_and_the_run_completes(
     assert "of its pages go to the others" in err and "1 worker lost;" in err
     assert report["files_ok"] == FILES
     assert_tar_exactly_once(dest, FILES)
+
+
+def test_the_dir_sink_s_fence_holds_on_a_fuse_network_filesystem(tmp_path: Path) -> None:
+    """docs/scale.md: a removed directory takes no new entry. On sshfs (FUSE, paths sent
+    to the server) as on ext4: a worker fenced off stores nothing more."""
+    with sshfs_mount(tmp_path) as (export, mount):
+        dest = mount / "dest"
+        (dest / TMP_DIR).mkdir(parents=True)
+        sink = DirectorySink(dest, 3)
+        try:
+            sink.write("before", b"stored before the fence")
+            fence(dest, 3)
+            with pytest.raises(SinkFatal, match="given up for lost"):
+                sink.write("after", b"written after the fence")
+        finally:
+            sink.close()
+        assert sorted(os.listdir(export / "dest")) == [".bulkfetch", "before"]
