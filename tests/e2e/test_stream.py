@@ -99,6 +99,24 @@ def test_a_program_that_stops_early_exits(tmp_path) -> None:  # type: ignore[no-
     assert done.returncode == 0 and done.stdout == "10\n", done.stderr[-2000:]
 
 
+def test_a_killed_worker_stops_the_stream_with_a_clear_error(server) -> None:  # type: ignore[no-untyped-def]
+    """A worker killed mid-stream (the OOM killer) may have given some of its page's bodies
+    already: the stream says so and stops, rather than give any body twice."""
+    import os
+    import signal
+
+    from bulkfetch.errors import BulkfetchError
+
+    with pytest.raises(BulkfetchError, match=r"worker \d+ lost \(killed by signal 9"), \
+            bulkfetch.stream(server.url, workers=2, errors="return") as files:
+        for index, _ in enumerate(files):
+            if index == 10:
+                victims = multiprocessing.active_children()
+                assert len(victims) == 2, victims
+                os.kill(victims[0].pid, signal.SIGKILL)
+    assert no_workers_left()
+
+
 def test_a_slow_reader_holds_the_workers_back(server) -> None:  # type: ignore[no-untyped-def]
     """With one page out at a time, a reader that sleeps after its first body leaves the
     workers at most a couple of pages ahead: the server sees no more file requests."""
