@@ -22,14 +22,14 @@ from typing import Any
 import pycurl
 
 from bulkfetch.config import GetOptions
-from bulkfetch.dest.validators import http_validators, kept_validator
+from bulkfetch.dest.validators import http_validators
 from bulkfetch.engine import resume, spooling
 from bulkfetch.engine.digests import BY_SIZE, checked_way
 from bulkfetch.engine.layouts import PartLayouts
 from bulkfetch.engine.multipart import LayoutProbe
 from bulkfetch.engine.pacing import BigPacing
 from bulkfetch.engine.pages import PageState
-from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, split_plan
+from bulkfetch.engine.parts import Part, RangedFile, SplitPlan, kept_for_sync, split_plan
 from bulkfetch.engine.ranged import RangedFiles
 from bulkfetch.engine.transfers import Transfers
 from bulkfetch.models import InFlight, Page
@@ -169,8 +169,7 @@ class BigFiles:
             spool.discard()  # another file than the one listed now: start it over
             return False
         plan = SplitPlan(record.total, record.validator, stated,
-                         kept=None if "md5" in stated else kept_validator(record.validator)
-                         ).pin(pinned)
+                         kept=kept_for_sync(record.validator, stated)).pin(pinned)
         self._begin(RangedFile.resumed(transfer, spool, plan, self.parts, record.parts), record)
         return True
 

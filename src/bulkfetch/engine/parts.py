@@ -85,8 +85,12 @@ def split_plan(lines: list[bytes]) -> SplitPlan | None:
     if not validator:  # nothing would tell a changed file from the one we started
         return None
     stated = stated_digests(headers)
-    return SplitPlan(int(length), validator, stated,
-                     kept=None if "md5" in stated else kept_validator(validator))
+    return SplitPlan(int(length), validator, stated, kept=kept_for_sync(validator, stated))
+
+
+def kept_for_sync(validator: str, stated: dict[str, bytes]) -> tuple[str, str] | None:
+    """SplitPlan.kept: the If-Range validator, unless the server stated an MD5."""
+    return None if "md5" in stated else kept_validator(validator)
 
 
 def piece_ranges(total: int, connections: int) -> list[tuple[int, int]]:

@@ -118,7 +118,7 @@ class ProcessPool:
         self.target = target  # what each process runs (engine/worker.py; tests: a stand-in)
         self.stop = StopFlag(self.context)
         self.inboxes = Inboxes()
-        self.size = options.limits.workers
+        self.size = self.slots = options.limits.workers  # (size grows with replacements)
         # --limit-rate's and --max-rps's shares, two by slot: written here, read by each
         # worker at its tick (a double is read whole; a share a tick late costs nothing)
         self.shares = self.context.Array("d", [1.0 / self.size] * (2 * self.size), lock=False)
@@ -199,7 +199,7 @@ class ProcessPool:
         lost = [proc.surrender(proc.worker, why), ("exit", proc.worker)]
         proc.tasks.cancel_join_thread()  # pages in its queue have no reader now
         self.replaced += 1
-        if self.replaced > MAX_REPLACED_PER_WORKER * len(self.shares) // 2:
+        if self.replaced > MAX_REPLACED_PER_WORKER * self.slots:
             # every new process dies too (a page that always exhausts memory): stop
             self.failed = f"{self.replaced} worker processes lost, the last {why}"
             return lost

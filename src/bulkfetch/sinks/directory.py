@@ -57,6 +57,7 @@ def fence(dest: Path, worker: int) -> None:
 
 FENCED = ("this worker was given up for lost (its temporary directory was removed): its "
           "pages went to other workers, and it stores nothing more")
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_DIRS = 256
