@@ -15,9 +15,11 @@ try first (issue 47), side by side in one run:
   with the default. Bar: every file arrives, exit 0, close to the run without silent
   requests and far below --idle-timeout (30 s).
 
-Every row goes into a new DEST with one worker per core (the CLI's default) and is checked
-by its report (every file ok). Rounds alternate their order; the table shows each row's
-median wall time over the rounds and every round's.
+Every row goes into a new DEST with one worker per core (the CLI's default), on a new ext4
+of its own where root may mount one (bulkfetch.bench.scratch: creates soon after an earlier
+row's deletes would cost several times as much), and is checked by the files it holds
+(every file there, exit 0). Rounds alternate their order; the table shows each row's median
+wall time over the rounds and every round's.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
-import os
 import shutil
 import socket
 import statistics
@@ -38,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import bulkfetch_command, log, run_measured, start_reference
+from harness import FreshFilesystems, bulkfetch_command, log, run_measured, start_reference
 
 FIXED = ("1", "4", "16", "64")
 SETUPS = ("http.server", "json-api", "silent")
@@ -116,12 +117,16 @@ class ApiServer(http.server.ThreadingHTTPServer):
             super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
-def measure(row: Row, command: list[str], dest: Path, count: int, cwd: Path) -> None:
-    shutil.rmtree(dest, ignore_errors=True)
-    os.sync()  # the removal's writes land now, not in the timed run
-    got = run_measured(command, timeout=600, cwd=cwd)
-    stored = sum(1 for path in dest.rglob("*") if path.is_file()
-                 and ".bulkfetch" not in path.parts) if dest.exists() else 0
+def measure(row: Row, command: list[str], dest: Path, count: int, cwd: Path,
+            filesystems: FreshFilesystems) -> None:
+    """One run into `dest`, on a new filesystem mounted at its parent: on this machine's
+    disk, creates soon after an earlier row's deletes cost several times as much
+    (bulkfetch.bench.scratch), which made the silent rows' 20,000-file runs 1.3 s in a
+    first round and 4.7-5.8 s in the next two (2026-11-29)."""
+    with filesystems.row(dest.parent, count):
+        got = run_measured(command, timeout=600, cwd=cwd)
+        stored = sum(1 for path in dest.rglob("*") if path.is_file()
+                     and ".bulkfetch" not in path.parts) if dest.exists() else 0
     if got.returncode != 0 or stored != count:
         row.ok = False
         row.note = f"exit {got.returncode}, {stored} of {count} files; {got.stderr[-300:]}"
@@ -142,21 +147,25 @@ def main(argv: list[str] | None = None) -> int:
     bulkfetch = bulkfetch_command()
     rows: list[Row] = []
     try:
+        filesystems = FreshFilesystems(work)
         if "http.server" in only:
-            rows += http_server(args.files, args.rounds, bulkfetch, work)
+            rows += http_server(args.files, args.rounds, bulkfetch, work, filesystems)
         if "json-api" in only:
-            rows += json_api(args.api_files, args.rounds, bulkfetch, work)
+            rows += json_api(args.api_files, args.rounds, bulkfetch, work, filesystems)
         if "silent" in only:
-            rows += silent(args.silent_files, args.rounds, bulkfetch, work)
+            rows += silent(args.silent_files, args.rounds, bulkfetch, work, filesystems)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    print(f"DEST: {filesystems.note}")
+    print()
     print(table(rows))
     print()
     print(verdicts(rows))
     return 0
 
 
-def http_server(files: int, rounds: int, bulkfetch: list[str], work: Path) -> list[Row]:
+def http_server(files: int, rounds: int, bulkfetch: list[str], work: Path,
+                filesystems: FreshFilesystems) -> list[Row]:
     """`python -m http.server` serving `files` files of 100 B, fetched from a URL list."""
     served = work / "served"
     served.mkdir()
@@ -174,20 +183,21 @@ def http_server(files: int, rounds: int, bulkfetch: list[str], work: Path) -> li
     if shutil.which("wget2"):
         plan.append((Row("http.server", "wget2 --max-threads 16"),
                      ["wget2", "-q", "--max-threads", "16", "-i", str(urls), "-P",
-                      str(work / "hs-wget2")], work / "hs-wget2"))
+                      str(work / "hs-wget2" / "dest")], work / "hs-wget2" / "dest"))
     if shutil.which("aria2c"):
         plan.append((Row("http.server", "aria2c -j 16"),
                      ["aria2c", "-q", "-j", "16", "-i", str(urls), "-d",
-                      str(work / "hs-aria2c")], work / "hs-aria2c"))
+                      str(work / "hs-aria2c" / "dest")], work / "hs-aria2c" / "dest"))
     try:
-        run_rounds(plan, rounds, files, work)
+        run_rounds(plan, rounds, files, work, filesystems)
     finally:
         server.terminate()
         server.wait()
     return [row for row, _, _ in plan]
 
 
-def json_api(files: int, rounds: int, bulkfetch: list[str], work: Path) -> list[Row]:
+def json_api(files: int, rounds: int, bulkfetch: list[str], work: Path,
+             filesystems: FreshFilesystems) -> list[Row]:
     """A ThreadingHTTPServer answering a JSON listing with next-URL pages, and the files."""
     ApiHandler.files = files
     api = ApiServer(("127.0.0.1", 0), ApiHandler)
@@ -199,23 +209,24 @@ def json_api(files: int, rounds: int, bulkfetch: list[str], work: Path) -> list[
                                   "items", "--next", "next", "--paginate", "url",
                                   "--get-template", "{origin}/files/{name}"])
     try:
-        run_rounds(plan, rounds, files, work)
+        run_rounds(plan, rounds, files, work, filesystems)
     finally:
         api.shutdown()
     return [row for row, _, _ in plan]
 
 
-def silent(files: int, rounds: int, bulkfetch: list[str], work: Path) -> list[Row]:
+def silent(files: int, rounds: int, bulkfetch: list[str], work: Path,
+           filesystems: FreshFilesystems) -> list[Row]:
     """The reference server leaving 1% of first requests silent, and the same without."""
     servers = [start_reference([], files, 1, ["--stall-rate", stall]) for stall in ("0", "0.01")]
     try:
         plan = []
         for server, name in zip(servers, ("no silent requests", "1% of first requests silent"),
                                 strict=True):
-            dest = work / f"silent-{len(plan)}"
+            dest = work / f"silent-{len(plan)}" / "dest"
             plan.append((Row("silent", name), [*bulkfetch, "get", server.url, str(dest), "-q"],
                          dest))
-        run_rounds(plan, rounds, files, work)  # the two in turn, A B B A ...
+        run_rounds(plan, rounds, files, work, filesystems)  # the two in turn, A B B A ...
         return [row for row, _, _ in plan]
     finally:
         for server in servers:
@@ -227,7 +238,7 @@ def settings(setup: str, prefix: Path,
     """The default and each FIXED -c, as rows of `setup`, each into a DEST of its own."""
     plan = []
     for setting in ("auto", *FIXED):
-        dest = prefix.with_name(f"{prefix.name}-{setting}")
+        dest = prefix.with_name(f"{prefix.name}-{setting}") / "dest"
         if setting == "auto":
             plan.append((Row(setup, "bulkfetch default"), command(dest), dest))
         else:
@@ -237,12 +248,12 @@ def settings(setup: str, prefix: Path,
 
 
 def run_rounds(plan: list[tuple[Row, list[str], Path]], rounds: int, count: int,
-               cwd: Path) -> None:
+               cwd: Path, filesystems: FreshFilesystems) -> None:
     for number in range(rounds):
         order = plan if number % 2 == 0 else list(reversed(plan))
         for row, command, dest in order:
             log(f"round {number + 1}: {row.setup}: {row.name} ...")
-            measure(row, command, dest, count, cwd)
+            measure(row, command, dest, count, cwd, filesystems)
 
 
 def table(rows: list[Row]) -> str:
