@@ -4,12 +4,22 @@ test moves; files/s and latency computed from the limit, as a server would answe
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
-from bulkfetch.engine.adaptive import GROWTH, MAX_INTERVAL_S, Controller, open_file_ceiling
+from bulkfetch.engine.adaptive import (
+    GROWTH,
+    MAX_INTERVAL_S,
+    SCHEDSTAT,
+    Controller,
+    cpu_demand,
+    open_file_ceiling,
+)
 
 
 class Clock:
@@ -73,7 +83,7 @@ def test_from_a_gentle_start_a_far_server_is_filled_in_round_trips_not_intervals
     assert min(limits[-100:]) >= 1100 and max(limits[-100:]) <= 2048, limits[-100:]
 
 
-@pytest.mark.parametrize(("cpu_share", "settles"), [(1.0, (56, 72)), (0.2, (8, 16))],
+@pytest.mark.parametrize(("cpu_share", "settles"), [(1.0, (56, 72)), (0.2, (8, 28))],
                          ids=["client-bound", "server-bound"])
 def test_a_busy_client_goes_on_to_where_a_turn_of_its_loop_serves_many(
         cpu_share: float, settles: tuple[int, int]) -> None:
@@ -81,7 +91,8 @@ def test_a_busy_client_goes_on_to_where_a_turn_of_its_loop_serves_many(
     flight on: files/s stops rising at 8. When this process is busy all the while (the
     client is the bottleneck: nginx on loopback) the limit goes on to CLIENT_BOUND_LIMIT
     and stays, though latency then grows with it; when it is mostly idle (the server is
-    the bottleneck) it stays where files/s stopped rising."""
+    the bottleneck) it stays near where files/s stopped rising: at most a millisecond of
+    queueing past its floor (QUEUEING_MIN_S; 28 in flight here, 0.4 ms + 1 ms)."""
     clock = Clock()
     controller = Controller(4, 4096, clock=clock, cpu_clock=lambda: clock.now * cpu_share)
     limits = drive(controller, clock, far_server(0.0004, 20_000), 10.0)
@@ -206,12 +217,73 @@ def test_a_server_capped_at_200_in_flight_is_used_near_its_cap() -> None:
 
 def test_a_near_server_is_grown_by_doubling() -> None:
     """A sub-millisecond server (loopback nginx): a 4x step's latency would read as queueing
-    and end slow start at its first step; doubling an interval reaches the client's bound
-    within a second anyway."""
+    and end slow start at its first step; doubling an interval (of START_INTERVAL_S in slow
+    start) reaches the client's bound within half a second anyway."""
     clock = Clock()
     controller = Controller(4, 4096, clock=clock, cpu_clock=lambda: 0.0)
-    limits = drive(controller, clock, far_server(0.0003, 1_000_000), 0.3)
-    assert limits[-1] == 8
+    limits = drive(controller, clock, far_server(0.0003, 1_000_000), 0.5)
+    steps = [limit for limit, _ in itertools.groupby(limits)]
+    assert steps[:5] == [4, 8, 16, 32, 64], steps
+
+
+def test_a_near_servers_latency_moving_by_microseconds_is_not_queueing() -> None:
+    """Slow start on a server 0.3 ms away whose latency grows a little with what is in
+    flight (this process's loop turn: 0.34 ms at 4, 0.62 ms at 32) while files/s goes on
+    rising: under a millisecond past the floor is no queueing (QUEUEING_MIN_S), so the
+    limit grows to where files/s stops rising (128), not to where latency passed 1.5x a
+    floor of 0.34 ms (16)."""
+    clock = Clock()
+    controller = Controller(4, 4096, clock=clock, cpu_clock=lambda: 0.0)
+
+    def serve(in_flight: int) -> tuple[float, float, float]:
+        latency = 0.0003 + in_flight * 0.00001
+        return in_flight / latency, latency, 0.0
+
+    limits = drive(controller, clock, serve, 3.0)
+    assert min(limits[-100:]) >= 64 and max(limits[-100:]) <= 256, limits[-100:]
+
+
+def test_a_busy_client_keeps_the_limit_it_doubled_to_when_files_per_s_stops_rising() -> None:
+    """Busy all the while (nginx on loopback, the cores shared): files/s rises to 32 in
+    flight and stops at 64 (another process took the CPU it freed). The doubling to 64 was
+    paid by the CPU a file it saves, not by files/s: the limit stays at 64, not back to 32."""
+    clock = Clock()
+    controller = Controller(4, 4096, clock=clock, cpu_clock=lambda: clock.now)
+    limits = drive(controller, clock, far_server(0.0003, 110_000), 3.0)
+    assert min(limits[-100:]) >= 64, limits[-100:]
+
+
+@pytest.mark.skipif(not os.path.exists(SCHEDSTAT), reason="no /proc/thread-self/schedstat")
+def test_cpu_demand_counts_the_wait_for_a_shared_core() -> None:
+    """A thread that would run all the time, on a core shared with three that spin: it runs
+    about a quarter of the time and waits in the run queue the rest. cpu_demand() counts
+    both (the client is the bottleneck); CPU time alone would read three quarters idle."""
+    core = min(os.sched_getaffinity(0))
+    spin = f"import os, time\nos.sched_setaffinity(0, {{{core}}})\n" \
+           "end = time.time() + 5\nwhile time.time() < end: pass\n"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(3)]
+    box = {}
+
+    def busy() -> None:
+        os.sched_setaffinity(0, {core})  # this thread only
+        time.sleep(0.5)  # the spinners are running
+        wall, demand, ran = time.monotonic(), cpu_demand(), time.thread_time()
+        while time.monotonic() - wall < 1.0:
+            pass
+        wall = time.monotonic() - wall
+        box["demand"], box["ran"] = (cpu_demand() - demand) / wall, \
+            (time.thread_time() - ran) / wall
+
+    try:
+        thread = threading.Thread(target=busy)
+        thread.start()
+        thread.join()
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert box["ran"] < 0.6, box
+    assert box["demand"] > 0.85, box
 
 
 def test_slow_starts_overshoot_tells_where_the_cap_is() -> None:

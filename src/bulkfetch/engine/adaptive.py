@@ -13,8 +13,9 @@ watches what the worker gets for the transfers it keeps in flight and moves the 
   that rise ends slow start and the limit goes back to the last one that paid (where
   files/s rose but requests queued: to files/s times the latency floor, what the server
   takes by Little's law);
-- then steady: -1/10 an interval while latency stays above QUEUEING x its floor (requests
-  wait at the server or in this process rather than travel), else +1/64 (at least one)
+- then steady: -1/10 an interval while latency stays above QUEUEING x its floor and
+  QUEUEING_MIN_S past it (requests wait at the server or in this process rather than
+  travel), else +1/64 (at least one)
   while the limit is used; after REPROBE_S without congestion, slow start again from
   there (the server or the path may take more now);
 - congestion (429, 503, timeouts, refused connections: more than CONGESTED_SHARE of an
@@ -30,10 +31,11 @@ watches what the worker gets for the transfers it keeps in flight and moves the 
   Past REPROBE_S near a cap, the reprobe creeps on at the pace far from one instead of
   doubling into it.
 
-An interval lasts at least MIN_INTERVAL_S and two mean latencies, so each judgement sees
-the limit it is judging. The limit only grows while the worker actually used it (enough
-pages at hand to fill it), never above `ceiling` (--max-concurrency and the file
-descriptors this process may open) or below `floor`.
+An interval lasts at least MIN_INTERVAL_S (START_INTERVAL_S in slow start toward a near
+server) and two mean latencies, so each judgement sees the limit it is judging. The limit
+only grows while the worker actually used it (enough pages at hand to fill it), never above
+`ceiling` (--max-concurrency and the file descriptors this process may open) or below
+`floor`.
 
 Over several hosts (host_windows.py) each host's controller watches its own latency, and
 the worker's watches files/s alone (`watch_latency` off): a mean latency over hosts moves
@@ -44,6 +46,7 @@ pool whenever a far host's share grew.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 
@@ -59,14 +62,30 @@ GROWTH = 4
 # 64) reads as queueing and ended slow start at 4 (2026-11-29).
 FAR_S = 0.005
 QUEUEING = 1.5  # latency above floor x this: requests are waiting, not travelling
+# ... and above the floor by this much at least: a near server's floor is a few hundred
+# microseconds (nginx on loopback: 0.3 ms), and one turn of this process's loop moves a
+# latency that much, so 1.5x of it says nothing of the server (it ended slow start at 8 in
+# flight at 0.51 ms on a floor of 0.33, 2026-11-29); a small server that queues adds
+# milliseconds (python -m http.server: 2-3 ms at 4 in flight).
+QUEUEING_MIN_S = 0.001
 REPROBE_S = 30.0  # steady this long without congestion: try doubling again
 BACK_OFF = 0.7  # the limit after congestion, times the limit (TCP CUBIC's factor)
 MIN_INTERVAL_S = 0.25
-# This process busy for CLIENT_BOUND of an interval's wall time: the client, not the server,
-# sets files/s (nginx on loopback). Then more in flight does not raise files/s but spreads
-# each turn of the loop over more files, so slow start goes on to CLIENT_BOUND_LIMIT (where
-# a fixed 64 stood, the old start) and latency spent waiting here is not the server's
-# queueing. A small server (python -m http.server) keeps the client idle: no effect there.
+# ... in slow start toward a near server (answers within FAR_S), where an interval holds
+# hundreds of answers: at the steady pace nginx's start from 4 to 64 on loopback took a
+# second, half of a 20,000-file run (2026-11-29). Not toward a far one: there growth is one
+# per answer, at most GROWTH times an interval, and a tenth of a second of a ThreadingHTTP-
+# Server 30 ms away (a dozen answers) grew it past its accept queue.
+START_INTERVAL_S = 0.1
+# This thread wanting the CPU for CLIENT_BOUND of an interval's wall time (on it, or waiting
+# in the run queue for it: cpu_demand()): the client, not the server, sets files/s (nginx on
+# loopback). Then more in flight does not raise files/s but spreads each turn of the loop
+# over more files, so slow start goes on to CLIENT_BOUND_LIMIT (where a fixed 64 stood, the
+# old start) and latency spent waiting here is not the server's queueing. A small server
+# (python -m http.server) keeps the client idle: no effect there. The run queue counts
+# because the cores are shared: two workers, the main process and a local nginx on two
+# cores each ran 50-60% of the time and waited for a core most of the rest, and read as
+# idle, the controller stayed at 4-9 in flight, 15% slower than -c 64 (2026-11-29).
 CLIENT_BOUND, CLIENT_BOUND_LIMIT = 0.85, 64
 MAX_INTERVAL_S = 3.0
 # Congestion counts when more than this share of an interval's answers say so: a server
@@ -85,12 +104,13 @@ NEAR_BACK_OFF = 0.9  # congestion met near the remembered cap: the limit times t
 class Controller:
     def __init__(self, start: int, ceiling: int, floor: int = 4,
                  clock: Callable[[], float] = time.monotonic,
-                 cpu_clock: Callable[[], float] = time.process_time) -> None:
+                 cpu_clock: Callable[[], float] | None = None) -> None:
         self.floor = max(1, min(floor, ceiling))
         self.ceiling = max(self.floor, ceiling)
         self.limit = min(max(start, self.floor), self.ceiling)
         self.clock = clock
-        self.cpu_clock = cpu_clock  # this process's CPU seconds: is the client the bottleneck?
+        # seconds this thread wanted the CPU: is the client the bottleneck?
+        self.cpu_clock = cpu_clock or cpu_demand
         self.slow_start = True
         self.floor_latency = math.inf
         self.last_rate = 0.0
@@ -145,9 +165,13 @@ class Controller:
         elapsed = now - self.started
         if elapsed >= MAX_INTERVAL_S:
             return True
-        quorum = min(MIN_COMPLETIONS, 2 * self.limit) if self.slow_start else MIN_COMPLETIONS
-        if elapsed < MIN_INTERVAL_S or self.completions < quorum:
-            return self._congested() and elapsed >= MIN_INTERVAL_S
+        quorum, shortest = MIN_COMPLETIONS, MIN_INTERVAL_S
+        if self.slow_start:
+            quorum = min(MIN_COMPLETIONS, 2 * self.limit)
+            if self.completions and self.latency_sum < FAR_S * self.completions:
+                shortest = START_INTERVAL_S  # near: doubling, over hundreds of answers
+        if elapsed < shortest or self.completions < quorum:
+            return self._congested() and elapsed >= shortest
         return elapsed >= 2 * self.latency_sum / self.completions
 
     def _congested(self) -> bool:
@@ -159,7 +183,8 @@ class Controller:
         bottleneck below CLIENT_BOUND_LIMIT (they wait here, for their turn on the CPU)."""
         if busy and self.limit <= CLIENT_BOUND_LIMIT:
             return False
-        return self.watch_latency and latency > self.floor_latency * QUEUEING
+        return self.watch_latency and latency > self.floor_latency * QUEUEING and \
+            latency > self.floor_latency + QUEUEING_MIN_S
 
     def decide(self, now: float) -> int:
         """The new limit, from the interval that ends now."""
@@ -195,16 +220,19 @@ class Controller:
         elif self.completions:
             self.floor_latency = min(self.floor_latency, latency)
             if self.slow_start:
-                if used and rate >= self.last_rate * RISE and not self._queueing(latency, busy):
+                if used and busy and self.limit < CLIENT_BOUND_LIMIT:
+                    # files/s is this process's: more in flight costs less a file, whether
+                    # or not files/s rose (the cores' other users move it), so the limit
+                    # reached this way has paid
+                    new = self.paid_limit = min(self.limit * 2, CLIENT_BOUND_LIMIT)
+                elif used and rate >= self.last_rate * RISE and \
+                        not self._queueing(latency, busy):
                     self.paid_limit = self.limit
                     # one more per answer, as TCP's window grows; busy, the client sets the
                     # pace and more in flight buys little: doubling is enough
                     growth = GROWTH if not busy and self.floor_latency >= FAR_S else 2
                     new = max(2 * self.limit,
                               min(self.limit + self.completions, growth * self.limit))
-                elif used and busy and self.limit < CLIENT_BOUND_LIMIT:
-                    # files/s is this process's: more in flight costs less a file
-                    new = self.paid_limit = self.limit * 2
                 elif used:  # growth did not pay: back toward the last limit that did
                     self.slow_start = False
                     self.steady_since = now
@@ -238,6 +266,23 @@ class Controller:
         self.limit = min(max(new, self.floor), self.ceiling)
         self._reset(now)
         return self.limit
+
+
+SCHEDSTAT = "/proc/thread-self/schedstat"  # ns on a CPU, ns waiting in its run queue, ...
+_HAS_SCHEDSTAT = os.path.exists(SCHEDSTAT)
+
+
+def cpu_demand() -> float:
+    """Seconds the calling thread has run or waited in the run queue to run (Linux's
+    schedstat); where there is none, this process's CPU seconds."""
+    if not _HAS_SCHEDSTAT:
+        return time.process_time()
+    try:
+        with open(SCHEDSTAT, "rb") as stats:
+            ran, waited = stats.read().split()[:2]
+        return (int(ran) + int(waited)) / 1e9
+    except (OSError, ValueError):
+        return time.process_time()
 
 
 def open_file_ceiling(reserve: int | None = None) -> int:
