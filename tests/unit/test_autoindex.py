@@ -1,7 +1,8 @@
-"""sources/autoindex.py: directory listing pages captured from the real servers (nginx 1.22.1
-html exact and inexact, json and xml; Apache 2.4.71 plain, FancyIndexing and HTMLTable;
-lighttpd 1.4.69; Caddy 2.6.2 html and json; python 3.11 http.server), all of the same tree
-of odd names, each read exactly; then every safety rule on pages made to break it."""
+"""sources/autoindex.py (with autoindex_html.py and autoindex_fields.py): directory listing
+pages captured from the real servers (nginx 1.22.1 html exact and inexact, json and xml;
+Apache 2.4.71 plain, FancyIndexing and HTMLTable; lighttpd 1.4.69; Caddy 2.6.2 html and
+json; python 3.11 http.server), all of the same tree of odd names, each read exactly; then
+every safety rule on pages made to break it."""
 
 from __future__ import annotations
 
@@ -10,13 +11,8 @@ from urllib.parse import quote
 
 import pytest
 
-from bulkfetch.sources.autoindex import (
-    ListingFormatError,
-    parse_iso_time,
-    parse_listing,
-    parse_size,
-    parse_time,
-)
+from bulkfetch.sources.autoindex import ListingFormatError, parse_listing
+from bulkfetch.sources.autoindex_fields import parse_iso_time, parse_size, parse_time
 
 FIXTURES = Path(__file__).parent / "fixtures" / "autoindex"
 JAN_1 = 1735689600  # 2025-01-01T00:00:00Z
@@ -277,6 +273,8 @@ def test_sizes_and_times() -> None:
     assert parse_size("123 bytes") == (123, True)
     assert parse_size("1.5") == (2, False)
     assert parse_size("-") is None and parse_size("") is None and parse_size("12X") is None
+    assert parse_size("0") == (0, True) and parse_size("9" * 19) == (10**19 - 1, True)
+    assert parse_size("1" * 20) is None  # past what a file can hold: no size, not a guess
     assert parse_time("01-Jan-2025 00:00") == JAN_1
     assert parse_time("2025-01-01 00:01") == JAN_1 + 60
     assert parse_time("2025-Jan-01 00:00:02") == JAN_1 + 2

@@ -2,7 +2,8 @@
 its files (name, URL, size, mtime) and its subdirectories. Pure: bytes in, DirListing out.
 
 What it reads, each checked against a page captured from the real server
-(tests/unit/fixtures/autoindex/):
+(tests/unit/fixtures/autoindex/); an HTML page's links are found by autoindex_html.py, their
+sizes and dates read by autoindex_fields.py:
 
 - HTML, generically: every <a href> is a candidate entry, a directory when the link ends in
   '/'. Size and mtime are added where the layout ties them to one link: the cells of the
@@ -29,38 +30,16 @@ entries come in the page's order, each name once (the first link to a name wins)
 
 from __future__ import annotations
 
-import calendar
-import functools
-import html
 import json
 import re
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass, field
-from datetime import datetime
-from email.utils import parsedate_to_datetime
+from dataclasses import dataclass
 from urllib.parse import SplitResult, quote, unquote_to_bytes, urljoin, urlsplit
 
+from bulkfetch.sources.autoindex_fields import Found, parse_http_time, parse_iso_time
+from bulkfetch.sources.autoindex_html import html_links, page_text
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
-UNITS = "KMGTPE"  # powers of 1024, as nginx, Apache and lighttpd all mean them
-_MONTHS = {name: number for number, name in enumerate(
-    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1)}
-# '12345', '12K', '1.0K', '3.0M', '- ', '12 KiB', '123 bytes'
-_SIZE = re.compile(r"(\d{1,19}(?:\.\d{1,3})?)\s*(?:([KMGTPE])(?:i?B)?|B|bytes)?", re.IGNORECASE)
-_TIME = r"(\d{2}):(\d{2})(?::(\d{2}))?"
-# nginx and old Apache: 01-Jan-2025 00:00; Apache: 2025-01-01 00:00; lighttpd: 2025-Jan-01
-# 00:00:00 (groups: day, month, year | year, month, day | year, month name, day; then time)
-_DATES = (
-    (re.compile(rf"(\d{{1,2}})-([A-Za-z]{{3}})-(\d{{4}})\s+{_TIME}"), (2, 1, 0)),
-    (re.compile(rf"(\d{{4}})-(\d{{2}})-(\d{{2}})\s+{_TIME}"), (0, 1, 2)),
-    (re.compile(rf"(\d{{4}})-([A-Za-z]{{3}})-(\d{{2}})\s+{_TIME}"), (0, 1, 2)),
-)
-# The text after a link in a <pre> listing: its date, then its size ('-' for a directory)
-_PRE_TAIL = re.compile(r"\s*(\S+\s+\d{2}:\d{2}(?::\d{2})?)\s+(-|\S+)(?=\s|$)")
-_TOKEN = re.compile(
-    r"<!--.*?(?:-->|\Z)|<(script|style)\b.*?(?:</\1\s*>|\Z)|<[!?][^>]*>"
-    r"|<(?P<close>/?)(?P<tag>[A-Za-z][A-Za-z0-9]*)(?P<attrs>(?:[^<>\"']|\"[^\"<]*\"|'[^'<]*')*)>",
-    re.DOTALL | re.IGNORECASE)
-_ATTRIBUTE = re.compile(r"""([^\s"'>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+)))?""")
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.\-~]+")  # what quote() leaves as it is
 # A segment as quote(safe="") writes it: unreserved characters and upper-case escapes of
 # anything else
@@ -69,9 +48,6 @@ _NEEDLESS_ESCAPE = re.compile(r"%(?:2[DE]|3[0-9]|4[1-9A-F]|5[0-9AF]|6[1-9A-F]|7[
 # A relative link to one segment below, which urljoin would not change: not '.', '..', a
 # scheme ('a:b'), a path ('/x', 'a/b'), nor what urlsplit strips (whitespace)
 _ONE_SEGMENT = re.compile(r"[^/?#\\:.\s][^/?#\\:\s]*/?")
-# Tags that end the text after a link (the next entry, or the end of the block)
-_TAIL_ENDS = frozenset(("a", "tr", "td", "th", "li", "ul", "table", "pre", "hr", "br", "div",
-                        "p", "tbody", "body", "html"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,17 +85,6 @@ class ListingFormatError(ValueError):
     """A page that says it is JSON or XML and is not a listing in that form."""
 
 
-@dataclass(slots=True)
-class _Found:
-    """A link with what the page says of it, before the safety rules."""
-
-    href: str
-    size: int | None = None
-    size_exact: bool = False
-    mtime: int | None = None
-    refused: str | None = None  # why it is no entry, known before its link is read
-
-
 def parse_listing(body: bytes, content_type: str | None, base_url: str) -> DirListing:
     """The entries of the directory listing `body`, fetched from `base_url` (after any
     redirect: the directory's URL, ending in '/') with the Content-Type `content_type`.
@@ -134,7 +99,7 @@ def parse_listing(body: bytes, content_type: str | None, base_url: str) -> DirLi
             not mime and start.startswith(b"<?xml") and b"<list>" in body[:256]):
         kind, found = "nginx-xml", _xml_links(body)
     else:
-        kind, found = "html", _html_links(_text(body, content_type))
+        kind, found = "html", html_links(page_text(body, content_type))
     return scope.listing(kind, found)
 
 
@@ -203,7 +168,7 @@ class _Scope:
             quote(name, safe="", errors="surrogateescape")
         return self.base + quoted + "/" * is_dir
 
-    def listing(self, kind: str, found: list[_Found]) -> DirListing:
+    def listing(self, kind: str, found: list[Found]) -> DirListing:
         files: dict[str, ListedFile] = {}
         dirs: dict[str, ListedDir] = {}
         skipped: list[SkippedLink] = []
@@ -231,65 +196,8 @@ class _Scope:
                           tuple(skipped))
 
 
-# -- sizes and times -------------------------------------------------------------------------
-def parse_size(text: str) -> tuple[int, bool] | None:
-    """(bytes, exact) of a listing's size column: '12345' exact, '12K' or '1.0K' an estimate
-    (K = 1024); None for '-' or anything else."""
-    match = _SIZE.fullmatch(text.strip())
-    if match is None:
-        return None
-    number, unit = match.groups()
-    if unit is None and "." not in number:
-        return int(number), True
-    scale = 1024 ** (UNITS.index(unit.upper()) + 1) if unit else 1
-    return round(float(number) * scale), False
-
-
-@functools.lru_cache(maxsize=1024)  # a listing repeats its minutes
-def parse_time(text: str) -> int | None:
-    """Unix time of a listing's date column (a zone-less one as UTC), else None."""
-    text = text.strip()
-    for pattern, (year, month, day) in _DATES:
-        match = pattern.fullmatch(text)
-        if match is None:
-            continue
-        fields = match.groups()
-        month_text = fields[month]
-        number = int(month_text) if month_text.isdigit() else _MONTHS.get(month_text.lower())
-        if number is None:
-            return None
-        try:
-            when = datetime(int(fields[year]), number, int(fields[day]), int(fields[3]),
-                            int(fields[4]), int(fields[5] or 0))
-        except ValueError:  # 31-Feb, 25:00
-            return None
-        return calendar.timegm(when.timetuple())
-    return None
-
-
-def parse_iso_time(text: str) -> int | None:
-    """Unix time of an ISO 8601 / RFC 3339 stamp (a zone-less one as UTC), else None."""
-    text = text.strip()
-    text = re.sub(r"(\.\d{6})\d+", r"\1", text)  # Go's nanoseconds: datetime takes micro
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        return calendar.timegm(when.timetuple())
-    return int(when.timestamp())
-
-
-def parse_http_time(text: str) -> int | None:
-    """Unix time of an RFC 1123 date ('Wed, 01 Jan 2025 00:00:00 GMT'), else None."""
-    try:
-        return int(parsedate_to_datetime(text).timestamp())
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-
-
 # -- JSON and XML ------------------------------------------------------------------------------
-def _json_links(body: bytes) -> tuple[str, list[_Found]]:
+def _json_links(body: bytes) -> tuple[str, list[Found]]:
     try:
         items = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -306,29 +214,29 @@ def _exact(value: object) -> int | None:
         else None
 
 
-def _nginx_item(item: dict[str, object]) -> _Found:
+def _nginx_item(item: dict[str, object]) -> Found:
     # {"name":"a b.txt", "type":"file", "mtime":"Wed, 01 Jan 2025 00:00:00 GMT", "size":5}
     name, kind = item.get("name"), item.get("type")
     if not isinstance(name, str) or kind not in ("file", "directory"):
-        return _Found(str(name), refused=f"an entry of type {kind!r}")
+        return Found(str(name), refused=f"an entry of type {kind!r}")
     mtime = item.get("mtime")
     size = _exact(item.get("size"))
-    return _Found(quote(name, safe="") + "/" * (kind == "directory"), size, True,
+    return Found(quote(name, safe="") + "/" * (kind == "directory"), size, True,
                   parse_http_time(mtime) if isinstance(mtime, str) else None)
 
 
-def _caddy_item(item: dict[str, object]) -> _Found:
+def _caddy_item(item: dict[str, object]) -> Found:
     # {"name":"a b.txt","size":5,"url":"./a%20b.txt","mod_time":"2025-01-01T02:02:00Z",
     #  "is_dir":false, ...}
     url, is_dir = item.get("url"), item.get("is_dir") is True
     if not isinstance(url, str) or url.endswith("/") != is_dir:
-        return _Found(str(url), refused="a URL that does not say what is_dir says")
+        return Found(str(url), refused="a URL that does not say what is_dir says")
     mtime = item.get("mod_time")
-    return _Found(url, None if is_dir else _exact(item.get("size")), True,
+    return Found(url, None if is_dir else _exact(item.get("size")), True,
                   parse_iso_time(mtime) if isinstance(mtime, str) else None)
 
 
-def _xml_links(body: bytes) -> list[_Found]:
+def _xml_links(body: bytes) -> list[Found]:
     # <list><directory mtime="2025-01-02T00:00:00Z">sub dir</directory>
     #       <file mtime="2025-01-01T00:00:00Z" size="12345">100%.bin</file></list>
     if b"<!DOCTYPE" in body or b"<!ENTITY" in body:  # nginx sends neither; entities expand
@@ -343,168 +251,10 @@ def _xml_links(body: bytes) -> list[_Found]:
     for element in root:
         name = element.text or ""
         if element.tag not in ("file", "directory"):
-            found.append(_Found(name, refused=f"an entry of type <{element.tag}>"))
+            found.append(Found(name, refused=f"an entry of type <{element.tag}>"))
             continue
         size_text = element.get("size", "")
         size = int(size_text) if size_text.isascii() and size_text.isdigit() else None
-        found.append(_Found(quote(name, safe="") + "/" * (element.tag == "directory"), size,
+        found.append(Found(quote(name, safe="") + "/" * (element.tag == "directory"), size,
                             True, parse_iso_time(element.get("mtime", ""))))
     return found
-
-
-# -- HTML ------------------------------------------------------------------------------------
-def _text(body: bytes, content_type: str | None) -> str:
-    """The page as text: UTF-8 when it is (what every server named here writes, Apache even
-    under a charset=ISO-8859-1 header), else the declared charset, else Latin-1."""
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    charset = re.search(r"charset=\"?([\w.:-]+)", content_type or "", re.IGNORECASE)
-    try:
-        return body.decode(charset.group(1) if charset else "latin-1", "replace")
-    except LookupError:
-        return body.decode("latin-1")
-
-
-@dataclass(slots=True)
-class _Cell:
-    attrs: dict[str, str]
-    text: list[str] = field(default_factory=list)
-    datetime: str | None = None  # of a <time datetime=...> inside (Caddy)
-
-
-@dataclass(slots=True)
-class _Row:
-    cells: list[_Cell] = field(default_factory=list)
-    links: list[tuple[_Found, int]] = field(default_factory=list)  # and the cell it is in
-
-
-class _LinkCollector:
-    """Every <a href> in order, each with the table row it is in or the text after it."""
-
-    def __init__(self) -> None:
-        self.found: list[_Found] = []
-        self.rows: list[_Row] = []
-        self.row: _Row | None = None
-        self.open: _Found | None = None  # a link outside any row, until its </a>
-        self.tail: tuple[_Found, list[str]] | None = None  # such a link and the text after
-        self.tails: list[tuple[_Found, list[str]]] = []
-
-    def start(self, tag: str, attrs: str) -> None:
-        if tag in _TAIL_ENDS:
-            self.tail = self.open = None
-        if tag == "tr":
-            self.row = _Row()
-            self.rows.append(self.row)
-        elif tag in ("td", "th") and self.row is not None:
-            self.row.cells.append(_Cell(_attributes(attrs)))
-        elif tag == "time" and self.row is not None and self.row.cells:
-            self.row.cells[-1].datetime = _attributes(attrs).get("datetime")
-        elif tag == "a":
-            href = _attributes(attrs).get("href")
-            if href is None:
-                return
-            link = _Found(href)
-            self.found.append(link)
-            if self.row is not None and self.row.cells:
-                self.row.links.append((link, len(self.row.cells) - 1))
-            elif self.row is None:
-                self.open = link
-
-    def end(self, tag: str) -> None:
-        if tag == "a" and self.open is not None:  # what follows the link's text is its own
-            self.tail = (self.open, [])
-            self.tails.append(self.tail)
-            self.open = None
-            return
-        if tag in ("tr", "table", "tbody", "thead"):
-            self.row = None
-        if tag in _TAIL_ENDS:
-            self.tail = None
-
-    def data(self, text: str) -> None:
-        if self.row is not None and self.row.cells:
-            self.row.cells[-1].text.append(text)
-        if self.tail is not None:
-            line, newline, _ = text.partition("\n")
-            self.tail[1].append(line)
-            if newline:
-                self.tail = None
-
-
-def _attributes(text: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for match in _ATTRIBUTE.finditer(text):
-        name = match.group(1).lower()
-        if name not in found:  # as browsers: the first of a repeated attribute counts
-            value = next((v for v in match.group(2, 3, 4) if v is not None), "")
-            found[name] = html.unescape(value) if "&" in value else value
-    return found
-
-
-def _tokens(text: str, into: _LinkCollector) -> None:
-    """Feed `text`'s tags and text to `into`. A tokenizer of its own rather than
-    html.parser, which takes 66 ms to merely read a 10,000-entry nginx listing (1.3 MB)
-    and 130 ms with the handlers: this is the only HTML a listing needs (tags, attributes,
-    text; comments, <script> and <style> skipped), linear in the page's length (a tag
-    holds no '<'), and hostile markup at worst shows links that the safety rules judge."""
-    at = 0
-    for match in _TOKEN.finditer(text):
-        begin, end = match.span()
-        if begin > at and (into.tail is not None or into.row is not None):
-            data = text[at:begin]
-            into.data(html.unescape(data) if "&" in data else data)
-        at = end
-        close, tag, attrs = match.group("close", "tag", "attrs")
-        if tag is None:  # a comment, a <script> or <style> with its text, a <!...> or <?...>
-            continue
-        if close:
-            into.end(tag.lower())
-        else:
-            into.start(tag.lower(), attrs)
-    if at < len(text):
-        data = text[at:]
-        into.data(html.unescape(data) if "&" in data else data)
-
-
-def _html_links(text: str) -> list[_Found]:
-    parser = _LinkCollector()
-    _tokens(text, parser)
-    for row in parser.rows:
-        _from_row(row)
-    for link, tail in parser.tails:
-        match = _PRE_TAIL.match("".join(tail))
-        if match is not None:
-            link.mtime = parse_time(match.group(1))
-            size = parse_size(match.group(2))
-            if size is not None:
-                link.size, link.size_exact = size
-    return parser.found
-
-
-def _from_row(row: _Row) -> None:
-    """A table row's size and mtime, given to its link: only when all of the row's links
-    point one place (an icon's link and a name's), so a cell is never given to the wrong
-    entry; the link's own cell is never read (a file may be named '12K')."""
-    if not row.links or len({link.href for link, _ in row.links}) != 1:
-        return
-    own = {at for _, at in row.links}
-    size: tuple[int, bool] | None = None
-    mtime: int | None = None
-    for at, cell in enumerate(row.cells):
-        if at in own:
-            continue
-        if size is None:
-            stated = cell.attrs.get("data-size") or cell.attrs.get("data-order")
-            if stated is not None and stated.isascii() and stated.isdigit():
-                size = int(stated), True  # Caddy: the exact size beside the rounded one
-            else:
-                size = parse_size("".join(cell.text))
-        if mtime is None:
-            mtime = parse_iso_time(cell.datetime) if cell.datetime is not None \
-                else parse_time("".join(cell.text))
-    for link, _ in row.links:
-        link.mtime = mtime
-        if size is not None:
-            link.size, link.size_exact = size
