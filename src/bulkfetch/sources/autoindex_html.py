@@ -131,10 +131,11 @@ def _tokens(text: str, into: _LinkCollector) -> None:
         close, tag, attrs = match.group("close", "tag", "attrs")
         if tag is None:  # a comment, a <script> or <style> with its text, a <!...> or <?...>
             continue
+        tag = tag.lower()
         if close:
-            into.end(tag.lower())
+            into.end(tag)
         else:
-            into.start(tag.lower(), attrs)
+            into.start(tag, attrs)
             if tag == "pre" and into.row is None:
                 at = _plain_lines(text, at, into)
     if at < len(text):
@@ -144,10 +145,11 @@ def _tokens(text: str, into: _LinkCollector) -> None:
 
 def _plain_lines(text: str, at: int, into: _LinkCollector) -> int:
     """Read the lines of a <pre> block from `at` that are each exactly `<a href="H">T</a>
-    TAIL` and a newline, with no '&' to decode (nginx's and Apache's FancyIndexing lines,
-    nearly every line of a large listing), as the tokenizer would (a link outside any row,
-    the text after it on its line its own) at a seventh of the cost; where the next line
-    is anything else, the tokenizer goes on from there. Returns where that is."""
+    TAIL` and a newline, with no '&' to decode in H or TAIL (every line nginx writes; T is
+    never read), as the tokenizer would (a link outside any row, the text after it on its
+    line its own): nginx's 48-entry page is read in 230 us, not 743. Where the next line is
+    anything else (Apache's FancyIndexing starts each with an icon), the tokenizer goes on
+    from there. Returns where that is."""
     found, tails = into.found, into.tails
     line = _PLAIN_LINE.match(text, at)
     while line is not None:
