@@ -26,6 +26,14 @@ pinned (the clients may use both cores, as a user's would):
 - cp:             `cp -r TREE/. DEST`, no network: what creating the files costs. With
                   nginx's CPU it gives the floor under the bars: (cp's CPU + nginx's CPU
                   serving the tree) / cores, the least wall time any crawler can take here.
+- curl_loop:      benchmarks/curl_loop.c (compiled against pycurl's libcurl) GETting the
+                  tree's files at 64 in flight from a list of their URLs (none listed),
+                  the bodies thrown away: the least an HTTP client spends a file;
+- renamed:        `baselines.py create-renamed DEST FILES`: as many 100-byte files, each
+                  under a temporary name renamed into place. With curl_loop's CPU and
+                  nginx's serving it, over the cores: a client's floor, the least any
+                  crawler that stores a file under its name only when whole can take,
+                  before listing anything or starting up.
 
 One unmeasured wget2 crawl first puts the tree in the page cache. Each measured run writes
 its DEST on a new ext4 of its own where root may mount one (bulkfetch.bench.scratch: the
@@ -69,8 +77,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import (
+    HERE,
     FreshFilesystems,
     Server,
+    build_curl_loop,
     bulkfetch_command,
     free_port,
     log,
@@ -82,7 +92,8 @@ from harness import (
     tree_pids,
 )
 
-SPEED_ROWS = ("bulkfetch", "wget2", "rclone", "rclone-no-head", "cp")
+SPEED_ROWS = ("bulkfetch", "wget2", "rclone", "rclone-no-head", "cp", "curl_loop", "renamed")
+FLOOR_ROWS = ("curl_loop", "renamed")  # checked by the counts they print, not by DEST
 ROWS = (*SPEED_ROWS, "memory")
 BAR = 3.0  # bulkfetch's files/s at least this many times each barred peer's
 BARRED = ("rclone-no-head", "wget2")
@@ -191,6 +202,17 @@ def check(dest: Path, root: Path, expected: dict[str, int], sample: list[str]) -
     return note
 
 
+def counted(stdout: str, files: int) -> str:
+    """'' when a floor row's JSON line says it did all `files` (curl_loop: {"ok", "failed"};
+    baselines.py: {"files", "bad"}); else what it says."""
+    try:
+        said = json.loads(stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return f"printed no counts: {stdout.strip()[-200:]!r}"
+    done, bad = said.get("ok", said.get("files")), said.get("failed", said.get("bad"))
+    return "" if done == files and bad == 0 else f"{done} of {files} done, {bad} failed"
+
+
 def speed(args: argparse.Namespace, only: set[str], work: Path,
           ) -> tuple[list[Row], str]:
     www = work / "www"
@@ -208,8 +230,22 @@ def speed(args: argparse.Namespace, only: set[str], work: Path,
         if name not in only:
             continue
         dest = work / f"fs-{name}" / "dest"
-        command = (["cp", "-r", f"{www / 'tree'}/.", str(dest)] if name == "cp"
-                   else client_command(name, url, dest))
+        if name == "curl_loop":
+            try:
+                curl_loop, _ = build_curl_loop(work, "pycurl")
+            except SystemExit as exc:  # no compiler or headers: the other rows still run
+                log(f"no curl_loop row, so no client's floor: {exc}")
+                continue
+            urls = work / "urls.txt"
+            urls.write_text("".join(f"{url}{path}\n" for path in expected))
+            command = [str(curl_loop), "64", str(urls)]
+        elif name == "renamed":
+            command = [sys.executable, str(HERE / "baselines.py"), "create-renamed",
+                       str(dest), str(args.files)]
+        elif name == "cp":
+            command = ["cp", "-r", f"{www / 'tree'}/.", str(dest)]
+        else:
+            command = client_command(name, url, dest)
         rows.append(Row(name, command, dest))
     try:
         warm(url, work)
@@ -221,7 +257,8 @@ def speed(args: argparse.Namespace, only: set[str], work: Path,
                     server_before = tree_cpu_seconds(nginx.pid)
                     run = run_measured(row.command, timeout=1800, cwd=work)
                     row.server_cpu.append(tree_cpu_seconds(nginx.pid) - server_before)
-                    note = check(row.dest, www / "tree", expected, sample)
+                    note = counted(run.stdout, args.files) if row.name in FLOOR_ROWS \
+                        else check(row.dest, www / "tree", expected, sample)
                 if run.returncode != 0:
                     note = f"exit {run.returncode}: {run.stderr.strip()[-300:]}; {note}"
                 row.seconds.append(run.seconds)
@@ -386,6 +423,20 @@ def speed_bars(rows: list[Row]) -> str:
                        f"{floor:.2f} s ((cp -r's {creating:.2f} CPU s to create the files + "
                        f"nginx's {serving:.2f} CPU s to serve them) / {cores} cores)"
                        + ("; the bar is below the floor" if asked < floor else ""))
+        fetching, storing = by.get("curl_loop"), by.get("renamed")
+        if fetching is not None and storing is not None:
+            # An HTTP client's own least cost too: each file fetched over keep-alive with
+            # nothing else done (no listing, no check, no start-up) and stored under its
+            # name only when whole, nginx serving those requests alone.
+            fetch, store = statistics.median(fetching.cpu), statistics.median(storing.cpu)
+            serving = statistics.median(fetching.server_cpu)
+            cores = os.cpu_count() or 1
+            least, asked = (fetch + store + serving) / cores, peer.median / BAR
+            out.append(f"  a client's floor is {least:.2f} s ((curl_loop's {fetch:.2f} CPU s "
+                       f"to fetch the files + renamed's {store:.2f} CPU s to store each under "
+                       f"its name when whole + nginx's {serving:.2f} CPU s to serve them) / "
+                       f"{cores} cores; no listing, no start-up)"
+                       + ("; the bar is below it" if asked < least else ""))
     return "\n".join(out)
 
 
