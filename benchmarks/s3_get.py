@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bulkfetch.bench.verify import Check, verify_dir
+from bulkfetch.bench.verify import Check, verify_counted, verify_dir
 from bulkfetch.util.sizes import parse_bytes
 from harness import (
     FreshFilesystems,
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 with filesystems.row(work / "fs", args.files, file_bytes):
                     started = time.monotonic()
                     measured = run_measured(row.command, env=row.env)
-                    check = (counted(measured.stdout, args.files) if row.counts
+                    check = (verify_counted(measured.stdout, args.files) if row.counts
                              else reported(row.report, args.files) if row.report is not None
                              else verify_dir(work / "fs" / "dest", directory, args.files))
                 log(f"  {row.label}: {args.files / measured.seconds:,.0f} files/s "
@@ -290,16 +290,6 @@ def reported(report: Path, files: int) -> Check:
     ok = found.get("files_ok") == files and not found.get("files_failed")
     return Check(ok, f"report says {found.get('files_ok'):,} ok, "
                      f"{found.get('files_failed') or 0} failed")
-
-
-def counted(stdout: str, files: int) -> Check:
-    """A floor row's check: its JSON line counts every object (or file) done, none failed."""
-    try:
-        found = json.loads(stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return Check(False, f"no JSON line in {stdout[-200:]!r}")
-    done, failed = found.get("ok", found.get("files")), found.get("failed", found.get("bad"))
-    return Check(done == files and not failed, f"{done:,} done, {failed} failed")
 
 
 def table(rows: list[Row], args: argparse.Namespace, placement: str) -> str:

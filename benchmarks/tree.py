@@ -76,6 +76,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bulkfetch.bench.verify import verify_counted
 from harness import (
     HERE,
     FreshFilesystems,
@@ -202,17 +203,6 @@ def check(dest: Path, root: Path, expected: dict[str, int], sample: list[str]) -
     return note
 
 
-def counted(stdout: str, files: int) -> str:
-    """'' when a floor row's JSON line says it did all `files` (curl_loop: {"ok", "failed"};
-    baselines.py: {"files", "bad"}); else what it says."""
-    try:
-        said = json.loads(stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return f"printed no counts: {stdout.strip()[-200:]!r}"
-    done, bad = said.get("ok", said.get("files")), said.get("failed", said.get("bad"))
-    return "" if done == files and bad == 0 else f"{done} of {files} done, {bad} failed"
-
-
 def speed(args: argparse.Namespace, only: set[str], work: Path,
           ) -> tuple[list[Row], str]:
     www = work / "www"
@@ -257,8 +247,11 @@ def speed(args: argparse.Namespace, only: set[str], work: Path,
                     server_before = tree_cpu_seconds(nginx.pid)
                     run = run_measured(row.command, timeout=1800, cwd=work)
                     row.server_cpu.append(tree_cpu_seconds(nginx.pid) - server_before)
-                    note = counted(run.stdout, args.files) if row.name in FLOOR_ROWS \
-                        else check(row.dest, www / "tree", expected, sample)
+                    if row.name in FLOOR_ROWS:
+                        counts = verify_counted(run.stdout, args.files)
+                        note = "" if counts.ok else counts.detail
+                    else:
+                        note = check(row.dest, www / "tree", expected, sample)
                 if run.returncode != 0:
                     note = f"exit {run.returncode}: {run.stderr.strip()[-300:]}; {note}"
                 row.seconds.append(run.seconds)
@@ -394,10 +387,37 @@ def speed_table(rows: list[Row], files: int) -> str:
     return "\n".join(lines)
 
 
+def floors(by: dict[str, Row]) -> list[tuple[float, str]]:
+    """The least wall time a crawler can take here, (seconds, how it is made), from the
+    rows that were run: the files created as cp -r creates them (no network) and nginx
+    serving the tree; and an HTTP client's own least cost too, each file fetched over
+    keep-alive with nothing else done (no listing, no check, no start-up) and stored under
+    its name only when whole, nginx serving those requests alone. Each over the cores."""
+    cores = os.cpu_count() or 1
+    found = []
+    local, ours = by.get("cp"), by.get("bulkfetch")
+    if local is not None and ours is not None:
+        creating, serving = statistics.median(local.cpu), statistics.median(ours.server_cpu)
+        found.append(((creating + serving) / cores,
+                      f"(cp -r's {creating:.2f} CPU s to create the files + nginx's "
+                      f"{serving:.2f} CPU s to serve them) / {cores} cores"))
+    fetching, storing = by.get("curl_loop"), by.get("renamed")
+    if fetching is not None and storing is not None:
+        fetch, store = statistics.median(fetching.cpu), statistics.median(storing.cpu)
+        serving = statistics.median(fetching.server_cpu)
+        found.append(((fetch + store + serving) / cores,
+                      f"a client's: (curl_loop's {fetch:.2f} CPU s to fetch the files + "
+                      f"renamed's {store:.2f} CPU s to store each under its name when whole + "
+                      f"nginx's {serving:.2f} CPU s to serve them) / {cores} cores; no "
+                      "listing, no start-up"))
+    return found
+
+
 def speed_bars(rows: list[Row]) -> str:
     by = {row.name: row for row in rows}
     ours = by.get("bulkfetch")
     out = []
+    least = floors(by)
     for name in BARRED:
         peer = by.get(name)
         if ours is None or peer is None:
@@ -407,36 +427,15 @@ def speed_bars(rows: list[Row]) -> str:
                                                         strict=True)]
         ratio = statistics.median(ratios)
         met = ratio >= BAR and ours.ok and peer.ok
+        asked = peer.median / BAR
+        below = [f"{floor:.2f} s" for floor, _ in least if asked < floor]
         out.append(f"- {'✓' if met else '✗'} bulkfetch files/s x {name}'s: {ratio:.2f} "
                    f"(>= {BAR}; rounds {', '.join(f'{r:.2f}' for r in ratios)}; ratio of "
                    f"the medians {peer.median / ours.median:.2f})"
-                   + ("" if ours.ok and peer.ok else "; a row failed its check"))
-        local = by.get("cp")
-        if local is not None:
-            # The least any crawler can take here: the files created (as cp -r creates
-            # them, no network) and nginx serving them, on the cores this machine has.
-            creating, serving = statistics.median(local.cpu), statistics.median(ours.server_cpu)
-            cores = os.cpu_count() or 1
-            floor = (creating + serving) / cores
-            asked = peer.median / BAR
-            out.append(f"  the bar asks for {asked:.2f} s; this machine's floor is "
-                       f"{floor:.2f} s ((cp -r's {creating:.2f} CPU s to create the files + "
-                       f"nginx's {serving:.2f} CPU s to serve them) / {cores} cores)"
-                       + ("; the bar is below the floor" if asked < floor else ""))
-        fetching, storing = by.get("curl_loop"), by.get("renamed")
-        if fetching is not None and storing is not None:
-            # An HTTP client's own least cost too: each file fetched over keep-alive with
-            # nothing else done (no listing, no check, no start-up) and stored under its
-            # name only when whole, nginx serving those requests alone.
-            fetch, store = statistics.median(fetching.cpu), statistics.median(storing.cpu)
-            serving = statistics.median(fetching.server_cpu)
-            cores = os.cpu_count() or 1
-            least, asked = (fetch + store + serving) / cores, peer.median / BAR
-            out.append(f"  a client's floor is {least:.2f} s ((curl_loop's {fetch:.2f} CPU s "
-                       f"to fetch the files + renamed's {store:.2f} CPU s to store each under "
-                       f"its name when whole + nginx's {serving:.2f} CPU s to serve them) / "
-                       f"{cores} cores; no listing, no start-up)"
-                       + ("; the bar is below it" if asked < least else ""))
+                   + ("" if ours.ok and peer.ok else "; a row failed its check")
+                   + f"; the bar asks for {asked:.2f} s"
+                   + (f", below the floor of {', '.join(below)}" if below else ""))
+    out += [f"- this machine's floor: {floor:.2f} s, {how}" for floor, how in least]
     return "\n".join(out)
 
 

@@ -141,6 +141,10 @@ def test_report_and_counts(tmp_path: Path) -> None:
     assert not verify_counted('{"files": 7, "bad": 1}', 8).ok
     assert not verify_counted("Traceback ...", 7).ok
     assert not verify_counted("", 7).ok
+    # curl_loop's line
+    assert verify_counted('{"ok": 7, "failed": 0, "bytes": 700, "seconds": 0.1}', 7).ok
+    assert not verify_counted('{"ok": 7, "failed": 2, "bytes": 700}', 7).ok
+    assert not verify_counted('{"ok": 6, "failed": 0}', 7).ok
 
 
 def test_combine() -> None:

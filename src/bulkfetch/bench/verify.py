@@ -133,10 +133,12 @@ def verify_report(report: Path, files: int) -> Check:
 
 
 def verify_counted(stdout: str, files: int) -> Check:
-    """A design's last stdout line: {"files": done, "bad": failed}."""
+    """A design's or a floor loop's last stdout line: {"files": done, "bad": failed}
+    (benchmarks/baselines.py) or {"ok": done, "failed": failed} (benchmarks/curl_loop.c)."""
     try:
         counts = json.loads(stdout.strip().splitlines()[-1])
-        done, bad = int(counts["files"]), int(counts["bad"])
+        done = int(counts["ok"] if "ok" in counts else counts["files"])
+        bad = int(counts["failed"] if "failed" in counts else counts["bad"])
     except (ValueError, IndexError, KeyError, TypeError):
         return Check(False, "no counts printed")
     return Check(done == files and bad == 0, f"{done:,} done, {bad} failed")

@@ -122,7 +122,7 @@ class Controller:
         self.watch_latency = True  # off: files/s alone decides (see above)
         self.answered = 0  # transfers ended with a body, ever (stragglers.py: it answers)
         self.recent_latency = math.inf  # the mean latency of the last interval with answers
-        self._reset(clock())
+        self._reset(clock(), self.cpu_clock())
 
     def resume(self, limit: int, floor_latency: float) -> None:
         """Start where a former run's controller for this host ended (dest/host_memory.py):
@@ -133,9 +133,9 @@ class Controller:
         if floor_latency > 0.0:
             self.floor_latency = floor_latency
 
-    def _reset(self, now: float) -> None:
+    def _reset(self, now: float, cpu: float) -> None:
         self.started = now
-        self.cpu_started = self.cpu_clock()
+        self.cpu_started = cpu
         self.completions = 0
         self.latency_sum = 0.0
         self.congestion = 0
@@ -192,7 +192,8 @@ class Controller:
         rate = self.completions / elapsed
         latency = self.latency_sum / self.completions if self.completions else math.inf
         used = self.busiest >= self.limit * 0.9
-        busy = (self.cpu_clock() - self.cpu_started) / elapsed >= CLIENT_BOUND
+        cpu = self.cpu_clock()  # (one read of /proc an interval: the next one starts here)
+        busy = (cpu - self.cpu_started) / elapsed >= CLIENT_BOUND
         new = self.limit
         if self.completions:
             self.recent_latency = latency
@@ -264,7 +265,7 @@ class Controller:
                     new = self.limit * 2
         self.last_rate = rate
         self.limit = min(max(new, self.floor), self.ceiling)
-        self._reset(now)
+        self._reset(now, cpu)
         return self.limit
 
 
