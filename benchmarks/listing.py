@@ -15,6 +15,12 @@ and the shape's extraction), the median over rounds of the mean of --pages parse
   the ratio is to the seed page's, and shows what the richer pages cost). Beside each row:
   json.loads of that body alone, and the rest (the paths, sizes, digests, URLs).
 
+Directory listing rows: an nginx autoindex page (bulkfetch serve's byte-for-byte copy of
+nginx 1.22.1's, server/index_shape.py) of 48 entries (a directory of benchmarks/tree.py's
+tree) and of --items entries, read by sources/autoindex.parse_listing: as it reads them
+(each plain <pre> line by one regular expression) and through the tokenizer alone (the
+line lane turned off), per page and per entry; and the same entries as nginx's JSON page.
+
 Loopback rows (unless --no-server): list_page() over HTTP from `bulkfetch serve --page-size
 ITEMS`, --pages pages each way, seed fast path against the JSON source on the same pages.
 """
@@ -140,6 +146,37 @@ def parse_rows(count: int, pages: int, rounds: int) -> list[tuple[str, float, fl
     return rows
 
 
+def directory_rows(count: int, pages: int, rounds: int) -> list[tuple[str, float, int]]:
+    """(label, seconds a page, entries a page) of directory listing pages read."""
+    from bulkfetch.server.index_shape import Listed, nginx_html, nginx_json
+    from bulkfetch.sources import autoindex_html
+    from bulkfetch.sources.autoindex import parse_listing
+
+    url = "http://127.0.0.1:8080/tree/t000/"
+    rows = []
+    for entries in (48, count):
+        listed = [Listed(f"f{i:06d}.bin", False, 1795952700 + i, 100 + i) for i in range(entries)]
+        html = nginx_html("/tree/t000/", listed)
+        lane = parse_listing(html, "text/html", url)
+        def read(page: bytes = html, kind: str = "text/html") -> object:
+            return parse_listing(page, kind, url)
+
+        original = autoindex_html._plain_lines
+        autoindex_html._plain_lines = lambda text, at, into: at
+        try:
+            assert read() == lane  # the same listing both ways
+            alone = per_page(read, pages, rounds)
+        finally:
+            autoindex_html._plain_lines = original
+        body = nginx_json(listed)
+        rows += [(f"nginx html, {entries} entries", per_page(read, pages, rounds), entries),
+                 (f"nginx html, {entries} entries, tokenizer alone", alone, entries),
+                 (f"nginx json, {entries} entries", per_page(
+                     lambda body=body: read(body, "application/json"), pages, rounds),
+                  entries)]
+    return rows
+
+
 def loopback_rows(count: int, pages: int, rounds: int) -> list[tuple[str, float]]:
     from bulkfetch.testing import ReferenceServer
 
@@ -183,6 +220,11 @@ def main() -> None:
     same = rows[1][1] / base
     print(f"bar: the seed page through the JSON source <= {BAR}x the fast path: "
           f"{same:.2f}x {'PASS' if same <= BAR else 'FAIL'}")
+    print(f"\ndirectory listing pages read (parse_listing), median of {args.rounds} rounds "
+          f"of {args.pages:,} pages")
+    print(f"{'':44} {'us/page':>10} {'us/entry':>9}")
+    for label, seconds, entries in directory_rows(args.items, args.pages, args.rounds):
+        print(f"{label:44} {seconds * 1e6:10.1f} {seconds * 1e6 / entries:9.2f}")
     if not args.no_server:
         loop = loopback_rows(args.items, min(args.pages, 300), args.rounds)
         print(f"\nlist_page() over loopback HTTP ({min(args.pages, 300)} pages each)")

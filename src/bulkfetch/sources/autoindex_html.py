@@ -147,9 +147,9 @@ def _plain_lines(text: str, at: int, into: _LinkCollector) -> int:
     """Read the lines of a <pre> block from `at` that are each exactly `<a href="H">T</a>
     TAIL` and a newline, with no '&' to decode in H or TAIL (every line nginx writes; T is
     never read), as the tokenizer would (a link outside any row, the text after it on its
-    line its own): nginx's 48-entry page is read in 230 us, not 743. Where the next line is
-    anything else (Apache's FancyIndexing starts each with an icon), the tokenizer goes on
-    from there. Returns where that is."""
+    line its own): nginx's 48-entry page in 230 us, not 379 (benchmarks/listing.py). Where
+    the next line is anything else (Apache's FancyIndexing starts each with an icon), the
+    tokenizer goes on from there. Returns where that is."""
     found, tails = into.found, into.tails
     line = _PLAIN_LINE.match(text, at)
     while line is not None:
