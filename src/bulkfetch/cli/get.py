@@ -91,7 +91,8 @@ class _Get(click.Command):
 @click.option("-c", "--concurrency", default="auto", show_default=True, metavar="N|auto",
               help="Transfers in flight per worker. auto: start at 4 (a resumed run: near "
                    "what the host took before) and measure: double while files/s rises (and "
-                   "up to 64 while the worker wants a core all the time), then follow "
+                   "up to 64 while the worker wants a core all the time and each doubling "
+                   "costs it less CPU a file), then follow "
                    "latency; back off on 429, 503 (at once when they ask for a pause), "
                    "timeouts, refused and redialled connections (up to --max-concurrency). "
                    "Over several hosts each host has its own limit, so one host's pushback "

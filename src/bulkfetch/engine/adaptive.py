@@ -6,18 +6,20 @@ watches what the worker gets for the transfers it keeps in flight and moves the 
 
 - slow start: from a gentle few (api.AUTO_START: a small server's accept queue is never
   flooded; a resumed run starts from what its host took, dest/host_memory.py), the limit
-  doubles each interval, or on a far server (a latency floor of FAR_S or more) grows by one
-  for each answer of an interval (TCP's slow start: twice the limit each round trip, so it
-  is filled in a few of its round trips), at most GROWTH times over, while completed files/s
-  rises by at least RISE (and latency stays near its floor); the first interval without
-  that rise ends slow start and the limit goes back to the last one that paid (where
-  files/s rose but requests queued: to files/s times the latency floor, what the server
-  takes by Little's law);
+  doubles each interval while completed files/s rises by at least RISE (and latency stays
+  near its floor), or, while this process is the bottleneck, while each doubling cuts the
+  CPU it spends a file (CLIENT_BOUND). Toward a far server (answers FAR_S or more late) it
+  grows by one for each answer as it comes (TCP's slow start: twice the limit each round
+  trip, so it is filled in a few of its round trips), at most CLOCKED_GROWTH times over an
+  interval, until a round trip's quickest answers come an eighth past the floor
+  (TCP's HyStart), and only while this process has CPU to spare. The first interval
+  whose growth did not pay ends slow start and the limit goes back to the last one that
+  paid (where files/s rose but requests queued: to files/s times the latency floor, what
+  the server takes by Little's law);
 - then steady: -1/10 an interval while latency stays above QUEUEING x its floor and
   QUEUEING_MIN_S past it (requests wait at the server or in this process rather than
-  travel), else +1/64 (at least one)
-  while the limit is used; after REPROBE_S without congestion, slow start again from
-  there (the server or the path may take more now);
+  travel), else +1/64 (at least one) while the limit is used; after REPROBE_S without
+  congestion, slow start again from there (the server or the path may take more now);
 - congestion (429, 503, timeouts, refused connections: more than CONGESTED_SHARE of an
   interval's answers, or any one that asked for a pause) multiplies the limit by BACK_OFF
   at once, at most once an interval, and ends slow start (what got through is then taken
@@ -56,11 +58,18 @@ RISE = 1.15  # slow start goes on while files/s rises by this factor an interval
 # Slow start's growth an interval, at most: on a near server an interval holds hundreds of
 # round trips, and one per answer would leap past the judgement that growth paid.
 GROWTH = 4
+# ... and as the answers come on a far server (completed()), where one per answer is twice
+# the limit a round trip: 5.7x over a quarter second 100 ms away, which a cap of GROWTH held
+# to 4x (2026-11-29); nearer, 20-30 ms away, a quarter second holds 8-12 round trips, and
+# this bounds what one interval may add before it is judged.
+CLOCKED_GROWTH = 8
 # ... and only on a far server, whose latency floor is at least this: on a near one
 # (loopback nginx: 0.3 ms) the client is soon the bottleneck, an interval's doubling
 # reaches it within a second, and a 4x step's latency (0.3 ms at 4 in flight, 1.1 ms at
 # 64) reads as queueing and ended slow start at 4 (2026-11-29).
 FAR_S = 0.005
+# A round trip's answers that tell whether they queue (TCP HyStart's N_RTT_SAMPLE)
+ROUND_SAMPLES = 8
 QUEUEING = 1.5  # latency above floor x this: requests are waiting, not travelling
 # ... and above the floor by this much at least: a near server's floor is a few hundred
 # microseconds (nginx on loopback: 0.3 ms), and one turn of this process's loop moves a
@@ -78,7 +87,7 @@ MIN_INTERVAL_S = 0.25
 # Server 30 ms away (a dozen answers) grew it past its accept queue.
 START_INTERVAL_S = 0.1
 # This thread wanting the CPU for CLIENT_BOUND of an interval's wall time (on it, or waiting
-# in the run queue for it: cpu_demand()): the client, not the server, sets files/s (nginx on
+# in the run queue for it: thread_cpu()): the client, not the server, sets files/s (nginx on
 # loopback). Then more in flight does not raise files/s but spreads each turn of the loop
 # over more files, so slow start goes on to CLIENT_BOUND_LIMIT (where a fixed 64 stood, the
 # old start) and latency spent waiting here is not the server's queueing. A small server
@@ -87,6 +96,13 @@ START_INTERVAL_S = 0.1
 # cores each ran 50-60% of the time and waited for a core most of the rest, and read as
 # idle, the controller stayed at 4-9 in flight, 15% slower than -c 64 (2026-11-29).
 CLIENT_BOUND, CLIENT_BOUND_LIMIT = 0.85, 64
+# ... and there a doubling paid when it cut the CPU this thread ran a file by this factor
+# (or files/s rose by RISE): busy is not enough, a small server on the same cores makes the
+# client wait for a core too (python -m http.server: one new connection a file, 300-380 us
+# a file at 8 in flight and no less at 16 or 32). Doubled on busy alone, to 64, it overflowed
+# that server's accept queue of 5 and stalled a 1.8 s run for a second (2026-11-29), where
+# nginx's keep-alive loop ran 70, 61 and 57 us a file at 8, 16 and 32 in flight.
+CPU_SAVING = 0.97
 MAX_INTERVAL_S = 3.0
 # Congestion counts when more than this share of an interval's answers say so: a server
 # that throttles a steady few percent whatever the load would otherwise be left at the
@@ -104,13 +120,24 @@ NEAR_BACK_OFF = 0.9  # congestion met near the remembered cap: the limit times t
 class Controller:
     def __init__(self, start: int, ceiling: int, floor: int = 4,
                  clock: Callable[[], float] = time.monotonic,
-                 cpu_clock: Callable[[], float] | None = None) -> None:
+                 cpu_clock: Callable[[], tuple[float, float]] | None = None,
+                 clocked: bool = True) -> None:
         self.floor = max(1, min(floor, ceiling))
         self.ceiling = max(self.floor, ceiling)
         self.limit = min(max(start, self.floor), self.ceiling)
         self.clock = clock
-        # seconds this thread wanted the CPU: is the client the bottleneck?
-        self.cpu_clock = cpu_clock or cpu_demand
+        # (seconds this thread ran, and ran or waited to): is the client the bottleneck,
+        # and what does a file cost it?
+        self.cpu_clock = cpu_clock or thread_cpu
+        self.last_cpu_a_file = math.inf
+        # Slow start toward a far server may grow as the answers come (completed()): the
+        # caller then acts on `limit` at once (fetcher.py), not only on what decide() says.
+        # Not per host (host_windows.py): their gate wakes parked transfers at a sweep.
+        self.clocked = clocked
+        # the round trip growth as the answers come is in (_grow): how long one takes (the
+        # floor that growth began from), since when, its answers and their least latency
+        self.round_trip = math.inf
+        self.round_began, self.round_answers, self.round_least = -math.inf, 0, math.inf
         self.slow_start = True
         self.floor_latency = math.inf
         self.last_rate = 0.0
@@ -133,14 +160,50 @@ class Controller:
         if floor_latency > 0.0:
             self.floor_latency = floor_latency
 
-    def _reset(self, now: float, cpu: float) -> None:
+    def _reset(self, now: float, cpu: tuple[float, float], busy: bool = False) -> None:
         self.started = now
-        self.cpu_started = cpu
+        self.ran_started, self.cpu_started = cpu
         self.completions = 0
         self.latency_sum = 0.0
         self.congestion = 0
         self.told_to_wait = False  # an answer of this interval asked for a pause
+        self.answered_before = 0  # answers of this interval before its first congestion
         self.busiest = 0  # most transfers in flight seen this interval
+        self.judged_limit = self.limit  # the limit this interval judges
+        # Slow start toward a far server grows as answers come (_grow()), not at the
+        # interval's end: up to this limit (0: not now; -1: the first answers will tell).
+        self.clocked_cap = 0
+        if self.slow_start and self._far_growth() and not busy:
+            if self.floor_latency == math.inf:
+                self.clocked_cap = -1
+            else:
+                self._clock(self.floor_latency)
+
+    def _far_growth(self) -> bool:
+        """Slow start grows as the answers come, once the latency floor says far."""
+        return self.clocked and self.watch_latency and self.floor_latency >= FAR_S
+
+    def _clock(self, floor: float) -> None:
+        self.clocked_cap = min(self.ceiling, self.limit * CLOCKED_GROWTH)
+        self.round_trip = floor
+        # an eighth past the floor, as TCP's HyStart reads a round trip's growth: far
+        # tighter than QUEUEING (50 ms past a 100 ms floor), which let growth run on to
+        # 4,096 where this process had run out of CPU at 2,000 and answers took 160 to
+        # 210 ms (2026-11-29)
+        self.clocked_latency = floor + max(QUEUEING_MIN_S, floor / 8)
+
+    def _first_answers(self, count: int, latency_sum: float) -> None:
+        """The run's first answers: a far server's slow start grows from them on, not
+        from the first interval's end (two round trips later). Their latency stands for
+        the floor here only: the floor itself is an interval's mean, as a few answers of a
+        server whose answers vary (20-45 ms at any load) may be its quickest (a near
+        server's first answers that read as far, their connects counted, grow it
+        CLOCKED_GROWTH times at most, until the interval ends)."""
+        latency = latency_sum / count
+        if latency < FAR_S or not self.watch_latency:  # (turned off since _reset)
+            self.clocked_cap = 0
+            return
+        self._clock(latency)
 
     # -- what the fetcher tells it ------------------------------------------------------
     def completed(self, count: int, latency_sum: float) -> None:
@@ -148,11 +211,37 @@ class Controller:
         self.completions += count
         self.latency_sum += latency_sum
         self.answered += count
+        if not (self.clocked_cap and count):
+            return
+        if self.clocked_cap < 0:
+            self._first_answers(count, latency_sum)
+        if self.clocked_cap:
+            self._grow(count, latency_sum)
+
+    def _grow(self, count: int, latency_sum: float) -> None:
+        """One more in flight per answer, as it comes (TCP's slow start, clocked by the
+        answers): twice the limit a round trip, where growth once an interval gave about 3x
+        a quarter second (on a 100 ms server the fill of 2,000 in flight took 1.3 s, half of
+        a 20,000-file run, 2026-11-29). Only while the limit is used and the interval is not
+        congested, and until a round trip's quickest answers come late (TCP's HyStart: its
+        least latency, of ROUND_SAMPLES answers at least, past `clocked_latency`; the least,
+        not each, as some servers' answers vary by tens of milliseconds at any load)."""
+        now = self.clock()
+        if now - self.round_began >= self.round_trip:  # a new round trip
+            self.round_began, self.round_least, self.round_answers = now, math.inf, 0
+        self.round_least = min(self.round_least, latency_sum / count)
+        self.round_answers += count
+        if self.busiest < self.limit * 0.9 or self._congested() or (
+                self.round_answers >= ROUND_SAMPLES and self.round_least > self.clocked_latency):
+            return
+        self.limit = min(self.limit + count, self.clocked_cap)
 
     def congested(self, count: int = 1, told_to_wait: bool = False) -> None:
         """A 429 or 503, a timeout or a refused connection: the server wants less.
         `told_to_wait`: the answer asked for a pause (Retry-After), which the host takes
         whatever share of the answers said so: that interval is congested."""
+        if not self.congestion:
+            self.answered_before = self.completions
         self.congestion += count
         self.told_to_wait = self.told_to_wait or told_to_wait
 
@@ -191,9 +280,12 @@ class Controller:
         elapsed = max(now - self.started, 1e-9)
         rate = self.completions / elapsed
         latency = self.latency_sum / self.completions if self.completions else math.inf
-        used = self.busiest >= self.limit * 0.9
+        judged = self.judged_limit  # (the limit now may have grown since: completed())
+        used = self.busiest >= judged * 0.9
         cpu = self.cpu_clock()  # (one read of /proc an interval: the next one starts here)
-        busy = (cpu - self.cpu_started) / elapsed >= CLIENT_BOUND
+        busy = (cpu[1] - self.cpu_started) / elapsed >= CLIENT_BOUND
+        cpu_a_file = (cpu[0] - self.ran_started) / self.completions if self.completions \
+            else math.inf
         new = self.limit
         if self.completions:
             self.recent_latency = latency
@@ -206,7 +298,10 @@ class Controller:
             # A server far over its cap refuses most of a burst: what got through is the
             # better estimate (64 sent to a cap of 8: 8, not 44, then 31, ... each of those
             # steps costing the host a Retry-After pause).
-            answered = max(self.completions, self.congestion)
+            # (counted from when congestion began: the answers before it, at the lower limits
+            # that growth as the answers come passed through, would dilute what got through:
+            # 243 sent to a cap of 200 read as 230, 2026-11-29)
+            answered = max(self.completions - self.answered_before, self.congestion)
             got_through = 1.0 - self.congestion / answered if answered >= MIN_COMPLETIONS \
                 else 1.0
             factor = min(factor, got_through)
@@ -221,19 +316,26 @@ class Controller:
         elif self.completions:
             self.floor_latency = min(self.floor_latency, latency)
             if self.slow_start:
-                if used and busy and self.limit < CLIENT_BOUND_LIMIT:
+                if used and busy and judged < CLIENT_BOUND_LIMIT and (
+                        cpu_a_file <= self.last_cpu_a_file * CPU_SAVING
+                        or rate >= self.last_rate * RISE):
                     # files/s is this process's: more in flight costs less a file, whether
                     # or not files/s rose (the cores' other users move it), so the limit
                     # reached this way has paid
-                    new = self.paid_limit = min(self.limit * 2, CLIENT_BOUND_LIMIT)
+                    new = self.paid_limit = min(judged * 2, CLIENT_BOUND_LIMIT)
                 elif used and rate >= self.last_rate * RISE and \
                         not self._queueing(latency, busy):
-                    self.paid_limit = self.limit
+                    self.paid_limit = judged
                     # one more per answer, as TCP's window grows; busy, the client sets the
                     # pace and more in flight buys little: doubling is enough
                     growth = GROWTH if not busy and self.floor_latency >= FAR_S else 2
-                    new = max(2 * self.limit,
-                              min(self.limit + self.completions, growth * self.limit))
+                    new = max(2 * judged, min(judged + self.completions, growth * judged))
+                    if self._far_growth():
+                        # grown as the answers came, as far as they were not queueing
+                        # (completed()); not at all while this process was busy: more in
+                        # flight would wait for it (doubled on busy, 2,630 went to 4,096
+                        # and answers took 240 ms, 2026-11-29)
+                        new = self.limit
                 elif used:  # growth did not pay: back toward the last limit that did
                     self.slow_start = False
                     self.steady_since = now
@@ -263,9 +365,9 @@ class Controller:
                     self.paid_limit = self.limit
                     self.floor_latency = latency
                     new = self.limit * 2
-        self.last_rate = rate
+        self.last_rate, self.last_cpu_a_file = rate, cpu_a_file
         self.limit = min(max(new, self.floor), self.ceiling)
-        self._reset(now, cpu)
+        self._reset(now, cpu, busy)
         return self.limit
 
 
@@ -273,17 +375,18 @@ SCHEDSTAT = "/proc/thread-self/schedstat"  # ns on a CPU, ns waiting in its run 
 _HAS_SCHEDSTAT = os.path.exists(SCHEDSTAT)
 
 
-def cpu_demand() -> float:
-    """Seconds the calling thread has run or waited in the run queue to run (Linux's
-    schedstat); where there is none, this process's CPU seconds."""
-    if not _HAS_SCHEDSTAT:
-        return time.process_time()
-    try:
-        with open(SCHEDSTAT, "rb") as stats:
-            ran, waited = stats.read().split()[:2]
-        return (int(ran) + int(waited)) / 1e9
-    except (OSError, ValueError):
-        return time.process_time()
+def thread_cpu() -> tuple[float, float]:
+    """(Seconds the calling thread has run, and run or waited in the run queue to run), by
+    Linux's schedstat; where there is none, this process's CPU seconds for both."""
+    if _HAS_SCHEDSTAT:
+        try:
+            with open(SCHEDSTAT, "rb") as stats:
+                ran, waited = stats.read().split()[:2]
+            return int(ran) / 1e9, (int(ran) + int(waited)) / 1e9
+        except (OSError, ValueError):
+            pass
+    seconds = time.process_time()
+    return seconds, seconds
 
 
 def open_file_ceiling(reserve: int | None = None) -> int:

@@ -247,6 +247,8 @@ class Fetcher:
                         completed(handle, None)
                     if controller is not None:
                         controller.completed(len(succeeded), took)
+                        if controller.limit != self.window:  # grown as answers came
+                            self._resize(controller.limit)
                 for handle, code, message in failed:
                     if code in TLS_FATAL_ERRORS:  # only failures pay for this test
                         raise self._tls_fatal(handle, code, message)

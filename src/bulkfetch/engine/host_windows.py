@@ -46,7 +46,7 @@ class HostWindows:
         controller = self.controllers.get(host)
         if controller is None:
             controller = self.controllers[host] = Controller(
-                self.start, self.ceiling, floor=HOST_FLOOR, clock=self.clock)
+                self.start, self.ceiling, floor=HOST_FLOOR, clock=self.clock, clocked=False)
             remembered = self.remembered.get(self.label(host)) if self.remembered else None
             if remembered is not None:
                 controller.resume(*remembered)
@@ -56,7 +56,7 @@ class HostWindows:
         """`host` was the only one so far: its controller starts from the worker's `limit`
         (what the worker's controller learned of it), not from scratch."""
         self.controllers[host] = Controller(limit, self.ceiling, floor=HOST_FLOOR,
-                                            clock=self.clock)
+                                            clock=self.clock, clocked=False)
 
     def limit(self, host: str) -> int:
         controller = self.controllers.get(host)
