@@ -326,16 +326,18 @@ class Controller:
                 elif used and rate >= self.last_rate * RISE and \
                         not self._queueing(latency, busy):
                     self.paid_limit = judged
-                    # one more per answer, as TCP's window grows; busy, the client sets the
-                    # pace and more in flight buys little: doubling is enough
-                    growth = GROWTH if not busy and self.floor_latency >= FAR_S else 2
-                    new = max(2 * judged, min(judged + self.completions, growth * judged))
                     if self._far_growth():
                         # grown as the answers came, as far as they were not queueing
-                        # (completed()); not at all while this process was busy: more in
+                        # (_grow()); not at all while this process was busy: more in
                         # flight would wait for it (doubled on busy, 2,630 went to 4,096
                         # and answers took 240 ms, 2026-11-29)
                         new = self.limit
+                    else:
+                        # one more per answer of the interval (per host, where a sweep
+                        # wakes parked transfers); busy, the client sets the pace and more
+                        # in flight buys little: doubling is enough
+                        growth = GROWTH if not busy and self.floor_latency >= FAR_S else 2
+                        new = max(2 * judged, min(judged + self.completions, growth * judged))
                 elif used:  # growth did not pay: back toward the last limit that did
                     self.slow_start = False
                     self.steady_since = now

@@ -245,7 +245,7 @@ class Fetcher:
                         if windows is not None:
                             windows.completed(host_of(transfer_of[handle][2]), seconds)
                         completed(handle, None)
-                    if controller is not None:
+                    if controller is not None and succeeded:  # (not on a turn of none)
                         controller.completed(len(succeeded), took)
                         if controller.limit != self.window:  # grown as answers came
                             self._resize(controller.limit)
